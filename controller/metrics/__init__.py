@@ -1,0 +1,1 @@
+"""Prometheus metrics of the controller; see `registry` for the shared registry."""

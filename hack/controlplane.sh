@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The local control plane of SPEC §10: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and kwok with fake GPU nodes, all on loopback, all from hack/build-controlplane.sh.
+#
+#   hack/controlplane.sh up                 build if needed, start everything, create the nodes
+#   hack/controlplane.sh down               stop everything (no process is left behind)
+#   hack/controlplane.sh stop COMPONENT     stop one component (etcd, kube-apiserver, ...)
+#   hack/controlplane.sh start COMPONENT    start one component again (same ports and data)
+#   hack/controlplane.sh env                print the export line for kubectl
+#
+# Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
+# TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
+# TORCHRUN_NODE_MEMORY (1Ti).
+set -euo pipefail
+source "$(dirname "$0")/testbed/lib.sh"
+
+NODES=${TORCHRUN_NODES:-4}
+NODE_GPUS=${TORCHRUN_NODE_GPUS:-8}
+NODE_CPUS=${TORCHRUN_NODE_CPUS:-96}
+NODE_MEMORY=${TORCHRUN_NODE_MEMORY:-1Ti}
+PKI="$RUN_DIR/pki"
+PIDS="$RUN_DIR/pids"
+LOGS="$RUN_DIR/logs"
+KUBECTL="$KUBE_BIN/kubectl"
+
+free_ports() {  # N free loopback TCP ports
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+ensure_ports() {
+  if [ ! -f "$RUN_DIR/ports.env" ]; then
+    read -r a b c d e < <(free_ports 5)
+    printf 'ETCD_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\nKWOK_PORT=%s\nKWOK_METRICS_PORT=%s\n' \
+      "$a" "$b" "$c" "$d" "$e" > "$RUN_DIR/ports.env"
+  fi
+  source "$RUN_DIR/ports.env"
+}
+
+cert() {  # cert NAME CN [O] [SAN]: a key pair signed by the test bed's CA
+  local name=$1 cn=$2 org=${3:-} san=${4:-}
+  [ -f "$PKI/$name.crt" ] && return 0
+  local subj="/CN=$cn"; [ -n "$org" ] && subj="/O=$org/CN=$cn"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  local ext="$PKI/$name.ext"
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n' > "$ext"
+  [ -n "$san" ] && printf 'subjectAltName=%s\n' "$san" >> "$ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+}
+
+ensure_pki() {
+  mkdir -p "$PKI"
+  if [ ! -f "$PKI/ca.crt" ]; then
+    openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -days 3650 \
+      -subj "/CN=torchrun-testbed-ca" -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+  cert admin admin system:masters
+  cert controller-manager system:kube-controller-manager
+  cert scheduler system:kube-scheduler
+  cert kwok kwok-controller system:masters
+  if [ ! -f "$PKI/sa.key" ]; then
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  fi
+}
+
+kubeconfig() {  # kubeconfig NAME CERT
+  local file="$RUN_DIR/$1.kubeconfig"
+  cat > "$file" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: torchrun-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: torchrun-local
+  context: {cluster: torchrun-local, user: $2, namespace: default}
+current-context: torchrun-local
+KC
+}
+
+running() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+
+launch() {  # launch NAME CMD...: start in its own process group, log to $LOGS/NAME.log
+  local name=$1; shift
+  running "$name" && return 0
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+wait_for() {  # wait_for WHAT SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "timed out waiting for $what; last log lines:"; tail -n 30 "$LOGS"/*.log >&2 || true; return 1
+    fi
+    sleep 0.2
+  done
+}
+
+start_etcd() {
+  launch etcd "$ETCD_BIN/etcd" --name testbed --data-dir "$RUN_DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "testbed=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn \
+    --quota-backend-bytes 4294967296
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+start_apiserver() {
+  launch kube-apiserver "$KUBE_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
+    --enable-priority-and-fairness=false --endpoint-reconciler-type none \
+    --kubelet-certificate-authority "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
+    --cert-dir "$PKI/serving" -v=1
+  wait_for kube-apiserver 120 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz
+}
+
+start_controller_manager() {
+  launch kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
+    --kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
+    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller" \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
+}
+
+start_scheduler() {
+  launch kube-scheduler "$KUBE_BIN/kube-scheduler" \
+    --kubeconfig "$RUN_DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$RUN_DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$RUN_DIR/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
+}
+
+start_kwok() {
+  launch kwok "$KWOK_BIN/kwok" --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
+    --config "$HACK_DIR/testbed/kwok/stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --node-lease-duration-seconds 40 -v=INFO
+}
+
+create_nodes() {
+  local i docs=""
+  for i in $(seq 0 $(( NODES - 1 ))); do
+    docs+="---
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/hostname: gpu-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    node.kubernetes.io/instance-type: fake-gpu-${NODE_GPUS}x
+    topology.kubernetes.io/zone: zone-$(( i % 2 ))
+    type: kwok
+    nvidia.com/gpu.present: \"true\"
+    nvidia.com/gpu.count: \"$NODE_GPUS\"
+    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+spec: {}
+status:
+  capacity:
+    cpu: \"$NODE_CPUS\"
+    memory: $NODE_MEMORY
+    pods: \"110\"
+    ephemeral-storage: 1Ti
+    nvidia.com/gpu: \"$NODE_GPUS\"
+"
+  done
+  printf '%s' "$docs" | "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply -f - >/dev/null
+  wait_for "nodes Ready" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready node --all --timeout=1s
+}
+
+start_component() {
+  ensure_ports
+  case $1 in
+    etcd) start_etcd ;;
+    kube-apiserver) start_apiserver ;;
+    kube-controller-manager) start_controller_manager ;;
+    kube-scheduler) start_scheduler ;;
+    kwok) start_kwok ;;
+    *) echo "unknown component: $1" >&2; return 2 ;;
+  esac
+}
+
+stop_component() {
+  local pidfile="$PIDS/$1.pid" pid i
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
+up() {
+  "$HACK_DIR/build-controlplane.sh"
+  local t0; t0=$(date +%s.%N)
+  mkdir -p "$RUN_DIR" "$PIDS" "$LOGS"
+  ensure_ports
+  ensure_pki
+  kubeconfig admin admin
+  kubeconfig controller-manager controller-manager
+  kubeconfig scheduler scheduler
+  kubeconfig kwok kwok
+  start_etcd
+  start_apiserver
+  start_controller_manager
+  start_scheduler
+  start_kwok
+  create_nodes
+  wait_for "default service account" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get serviceaccount default -n default
+  log "control plane up in $(python3 -c "import time;print(round(time.time()-$t0,1))")s: $NODES fake GPU nodes"
+  env_line
+}
+
+down() {
+  local c
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
+}
+
+env_line() { echo "export KUBECONFIG=$KUBECONFIG_PATH"; }
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  start) start_component "$2" ;;
+  stop) stop_component "$2" ;;
+  env) env_line ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
+esac

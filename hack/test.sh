@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Run every check and test: ruff, mypy, import contracts, unit, integration and e2e tests.
+# On a fresh machine it installs what it needs: a virtualenv with the project and its test extra,
+# and the control plane binaries built from the Go module proxy (cached outside the repo).
+#   hack/test.sh                 everything
+#   hack/test.sh test/unit       just these pytest paths (extra args go to pytest)
+set -euo pipefail
+source "$(dirname "$0")/testbed/lib.sh"
+cd "$REPO_DIR"
+
+VENV="$("$HACK_DIR/venv.sh")"
+export PATH="$VENV/bin:$PATH"
+
+log "ruff"
+ruff check controller test hack
+ruff format --check controller test hack
+log "mypy"
+mypy
+log "import contracts"
+lint-imports --config .importlinter
+
+"$HACK_DIR/build-controlplane.sh"
+
+log "pytest"
+set +e
+python -m pytest -p no:cacheprovider "${@:-test}"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$rc"

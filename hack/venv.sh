@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create (once per setup.cfg version) the project's virtualenv outside the repo and print its path.
+set -euo pipefail
+source "$(dirname "$0")/testbed/lib.sh"
+key=$(cat "$REPO_DIR/setup.cfg" "$REPO_DIR/setup.py" | sha256sum | cut -c1-12)
+venv="$CACHE_DIR/venv-$key"
+if [ ! -f "$venv/.done" ]; then
+  log "creating virtualenv $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip >&2
+  "$venv/bin/pip" install -q -e "$REPO_DIR[test]" >&2
+  touch "$venv/.done"
+else
+  # the editable install points at whichever checkout ran last; make it this one
+  "$venv/bin/pip" install -q --no-deps -e "$REPO_DIR" >&2
+fi
+echo "$venv"

@@ -1,0 +1,53 @@
+"""Fixtures shared by every test.
+
+`cluster` starts the real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok with 4 fake 8-GPU nodes) once per test session in a fresh state directory,
+and stops it at the end. `namespace` gives each test its own namespace, deleted afterwards.
+Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from testbed import CONTROLPLANE, Cluster
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
+    )
+    return Path(base)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    run_dir = _cache_dir() / f"run-test-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir)}
+    versions = dict(
+        line.split("=", 1)
+        for line in (CONTROLPLANE.parent / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    kubectl = _cache_dir() / "bin" / f"kube-{versions['KUBE_VERSION']}" / "kubectl"
+    try:
+        subprocess.run([str(CONTROLPLANE), "up"], env=env, check=True, timeout=1800)
+        yield Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)
+    finally:
+        subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=120)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

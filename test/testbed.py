@@ -1,0 +1,97 @@
+"""Test helpers: the local control plane (hack/controlplane.sh) and waiting without bare sleeps.
+
+`Cluster` is what the session-scoped `cluster` fixture yields: the admin kubeconfig of a control
+plane started for this test session, the Go-built kubectl, and a way to stop/start single
+components (for tests that kill kube-apiserver or etcd on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONTROLPLANE = REPO / "hack" / "controlplane.sh"
+
+T = TypeVar("T")
+
+
+def wait_until(
+    fn: Callable[[], T | None],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> T:
+    """Poll `fn` until it returns a truthy value, and return that value; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+        except AssertionError as exc:  # an assert inside fn means "not yet"
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}") from last_exc
+        time.sleep(interval)
+
+
+@dataclass
+class Cluster:
+    run_dir: Path
+    kubeconfig: Path
+    kubectl_path: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TORCHRUN_RUN_DIR": str(self.run_dir), "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def get(self, *args: str) -> dict[str, Any]:
+        """`kubectl get ... -o json`, parsed."""
+        out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+    def apply(self, manifest: dict[str, Any] | list[dict[str, Any]] | str, namespace: str | None = None) -> str:
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump_all(
+            manifest if isinstance(manifest, list) else [manifest]
+        )
+        ns = ["-n", namespace] if namespace else []
+        return self.kubectl("apply", "--server-side", "--force-conflicts", *ns, "-f", "-", input=text).stdout
+
+    def controlplane(self, *args: str) -> None:
+        subprocess.run([str(CONTROLPLANE), *args], env=self.env(), check=True, capture_output=True, timeout=300)
+
+    def stop(self, component: str) -> None:
+        self.controlplane("stop", component)
+
+    def start(self, component: str) -> None:
+        self.controlplane("start", component)
+
+    def process_rss_kib(self, component: str) -> int:
+        pid = (self.run_dir / "pids" / f"{component}.pid").read_text().strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
