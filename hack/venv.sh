@@ -2,7 +2,14 @@
 # Create (once per setup.cfg version) the project's virtualenv outside the repo and print its path.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
-key=$(cat "$REPO_DIR/setup.cfg" "$REPO_DIR/setup.py" | sha256sum | cut -c1-12)
+# keyed by the declared dependencies only, so tool settings in setup.cfg do not rebuild it
+key=$(python3 - "$REPO_DIR/setup.cfg" <<'PY' | sha256sum | cut -c1-12
+import configparser, sys
+cfg = configparser.ConfigParser()
+cfg.read(sys.argv[1])
+print(sys.version_info[:2], cfg.get("options", "install_requires"), dict(cfg["options.extras_require"]))
+PY
+)
 venv="$CACHE_DIR/venv-$key"
 if [ ! -f "$venv/.done" ]; then
   log "creating virtualenv $venv"

@@ -60,6 +60,7 @@ class Cluster:
         proc = subprocess.run(
             [str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig), *args],
             input=input,
+            check=False,
             capture_output=True,
             text=True,
             timeout=120,
@@ -73,15 +74,21 @@ class Cluster:
         out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
         return out
 
-    def apply(self, manifest: dict[str, Any] | list[dict[str, Any]] | str, namespace: str | None = None) -> str:
-        text = manifest if isinstance(manifest, str) else yaml.safe_dump_all(
-            manifest if isinstance(manifest, list) else [manifest]
+    def apply(
+        self, manifest: dict[str, Any] | list[dict[str, Any]] | str, namespace: str | None = None
+    ) -> str:
+        text = (
+            manifest
+            if isinstance(manifest, str)
+            else yaml.safe_dump_all(manifest if isinstance(manifest, list) else [manifest])
         )
         ns = ["-n", namespace] if namespace else []
         return self.kubectl("apply", "--server-side", "--force-conflicts", *ns, "-f", "-", input=text).stdout
 
     def controlplane(self, *args: str) -> None:
-        subprocess.run([str(CONTROLPLANE), *args], env=self.env(), check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [str(CONTROLPLANE), *args], env=self.env(), check=True, capture_output=True, timeout=300
+        )
 
     def stop(self, component: str) -> None:
         self.controlplane("stop", component)

@@ -1,0 +1,58 @@
+"""Immutable JSON objects for the informer cache.
+
+`freeze` turns decoded JSON into `FrozenDict`s and tuples, interning keys so the thousands of
+cached objects share one copy of every field name. A `FrozenDict` is a real `dict` (fast reads,
+`json.dumps` works) whose mutators raise `TypeError`, so a reconciler that edits a cached object
+fails loudly instead of corrupting the cache. `thaw` makes a private, mutable deep copy.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+
+class FrozenDict(dict[str, Any]):
+    __slots__ = ()
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("cached objects are read-only; thaw() a copy before changing it")
+
+    __setitem__ = _immutable
+    __delitem__ = _immutable
+    __ior__ = _immutable
+    clear = _immutable
+    pop = _immutable
+    popitem = _immutable
+    setdefault = _immutable
+    update = _immutable
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+
+_intern = sys.intern
+
+
+def freeze(value: Any) -> Any:
+    if isinstance(value, FrozenDict):
+        return value
+    if isinstance(value, dict):
+        return FrozenDict({_intern(k): freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value

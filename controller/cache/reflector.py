@@ -1,0 +1,196 @@
+"""Reflector: keeps a sink in step with the API server by list-then-watch (client-go's Reflector).
+
+- Lists in pages (`limit`/`continue`) and hands the full list to `sink.replace` with its
+  resourceVersion; a continue token that expired mid-list restarts the list.
+- Watches from the last resourceVersion with bookmarks and a server-side timeout (5–10 min,
+  randomised like client-go so watches do not all restart together); the HTTP read timeout is a
+  little longer, so a dead connection raises instead of hanging forever.
+- A watch that ends normally is resumed from the last resourceVersion, with no relist.
+- 410 Gone (from the watch request or an ERROR event) → relist.
+- Any other error → jittered exponential backoff (800 ms doubling to 30 s, reset after 2 min
+  quiet), then a fresh watch from the last resourceVersion (a relist if that is gone too).
+- A watch that closes almost at once with no events counts as an error, so a misbehaving server
+  cannot make us spin.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from controller.backoff import Backoff
+from controller.metrics.registry import ControllerMetrics
+from controller.rest.client import RESTClient, WatchStream
+from controller.rest.errors import ApiError, status_error
+from controller.rest.resources import Resource
+
+log = structlog.get_logger("reflector")
+
+Obj = Mapping[str, Any]
+_SHORT_WATCH = 1.0  # seconds: a watch closing this fast with no event is an error
+
+
+class ReflectorSink(Protocol):
+    def replace(self, objs: list[dict[str, Any]], resource_version: str) -> None: ...
+    def add(self, obj: dict[str, Any]) -> None: ...
+    def update(self, obj: dict[str, Any]) -> None: ...
+    def delete(self, obj: dict[str, Any]) -> None: ...
+
+
+class _RelistError(Exception):
+    """The watch cannot resume from our resourceVersion: relist."""
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: RESTClient,
+        resource: Resource,
+        sink: ReflectorSink,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        min_watch_timeout: int = 300,
+        metrics: ControllerMetrics | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.sink = sink
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.page_size = page_size
+        self.min_watch_timeout = min_watch_timeout
+        self.metrics = metrics or client.metrics
+        self.backoff = backoff or Backoff()
+        self.last_sync_resource_version = ""
+        self._watch: WatchStream | None = None
+        self._lock = threading.Lock()
+
+    # -- list ---------------------------------------------------------------------------------
+
+    def list(self) -> None:
+        """One full, paginated list handed to the sink."""
+        self.metrics.informer_lists.labels(self.resource.key).inc()
+        while True:
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = self.client.list(
+                        self.resource,
+                        self.namespace,
+                        label_selector=self.label_selector,
+                        field_selector=self.field_selector,
+                        limit=self.page_size,
+                        continue_token=token,
+                    )
+                    items.extend(page.get("items") or [])
+                    meta = page.get("metadata") or {}
+                    token = meta.get("continue") or None
+                    if not token:
+                        break
+            except ApiError as exc:
+                if exc.gone and token:
+                    log.info("continue token expired; listing again", resource=self.resource.key)
+                    continue
+                raise
+            self.sink.replace(items, meta.get("resourceVersion", ""))
+            self.last_sync_resource_version = meta.get("resourceVersion", "")
+            return
+
+    # -- watch --------------------------------------------------------------------------------
+
+    def watch_once(self, stop: threading.Event) -> None:
+        """One watch from the last resourceVersion until the server ends it or `stop` is set."""
+        timeout = int(self.min_watch_timeout * (1 + random.random()))
+        try:
+            stream = self.client.watch(
+                self.resource,
+                self.namespace,
+                resource_version=self.last_sync_resource_version,
+                timeout_seconds=timeout,
+                allow_bookmarks=True,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+            )
+        except ApiError as exc:
+            if exc.gone:
+                raise _RelistError("watch: resourceVersion too old") from exc
+            raise
+        self.metrics.informer_watches.labels(self.resource.key).inc()
+        with self._lock:
+            self._watch = stream
+        if stop.is_set():
+            stream.stop()
+        started, events = time.monotonic(), 0
+        try:
+            for event in stream:
+                events += 1
+                self._handle(event.type, event.object)
+        finally:
+            with self._lock:
+                self._watch = None
+        if events == 0 and time.monotonic() - started < _SHORT_WATCH and not stop.is_set():
+            raise ConnectionError("very short watch: closed at once with no events")
+
+    def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        self.metrics.informer_events.labels(self.resource.key, kind).inc()
+        if kind == "ERROR":
+            err = status_error(obj)
+            if err.gone:
+                raise _RelistError(f"watch event: {err.message}")
+            raise err
+        rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+        if kind == "ADDED":
+            self.sink.add(obj)
+        elif kind == "MODIFIED":
+            self.sink.update(obj)
+        elif kind == "DELETED":
+            self.sink.delete(obj)
+        elif kind != "BOOKMARK":
+            log.warning("unknown watch event type", type=kind, resource=self.resource.key)
+            return
+        if rv:
+            self.last_sync_resource_version = rv
+
+    # -- run loop -----------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until `stop` is set. Never raises."""
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    self.list()
+                    need_list = False
+                self.watch_once(stop)
+            except _RelistError as exc:
+                self.metrics.informer_relists.labels(self.resource.key, "gone").inc()
+                log.info("relisting", resource=self.resource.key, why=str(exc))
+                need_list = True
+            except Exception as exc:  # any failure: back off, then resume
+                delay = self.backoff.next()
+                if need_list:
+                    log.warning(
+                        "list failed", resource=self.resource.key, error=str(exc), retry_in=round(delay, 2)
+                    )
+                else:
+                    log.warning(
+                        "watch failed", resource=self.resource.key, error=str(exc), retry_in=round(delay, 2)
+                    )
+                stop.wait(delay)
+
+    def stop(self) -> None:
+        """Interrupt an open watch (the run loop then sees `stop` set and returns)."""
+        with self._lock:
+            if self._watch is not None:
+                self._watch.stop()

@@ -1,0 +1,65 @@
+"""HTTP endpoints of the controller process: `/metrics` (Prometheus text format), `/healthz`
+(the process serves requests) and `/readyz` (a readiness function, e.g. caches synced and, with
+leader election, leading or standing by). A daemon thread serves them; `shutdown()` stops it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class MetricsServer:
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        ready: Callable[[], bool] = lambda: True,
+        healthy: Callable[[], bool] = lambda: True,
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        registry_ = registry
+        ready_, healthy_ = ready, healthy
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._reply(200, generate_latest(registry_), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/livez"):
+                    ok = healthy_()
+                    self._reply(200 if ok else 500, b"ok" if ok else b"unhealthy")
+                elif path == "/readyz":
+                    ok = ready_()
+                    self._reply(200 if ok else 503, b"ok" if ok else b"not ready")
+                else:
+                    self._reply(404, b"not found")
+
+            def _reply(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # quiet: scraped every few seconds
+                return
+
+        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-server", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

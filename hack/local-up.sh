@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run torchrun-controller against a local control plane with fake GPU nodes.
+# Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (4 fake nodes with
+# 8 nvidia.com/gpu each), installs the CRDs, prints the KUBECONFIG line, then runs the controller
+# in the foreground. Ctrl-C stops the controller and the whole control plane.
+set -euo pipefail
+source "$(dirname "$0")/testbed/lib.sh"
+cd "$REPO_DIR"
+
+VENV="$("$HACK_DIR/venv.sh")"
+export PATH="$VENV/bin:$PATH"
+
+cleanup() {
+  trap - INT TERM EXIT
+  log "stopping the control plane"
+  "$HACK_DIR/controlplane.sh" down
+}
+trap cleanup INT TERM EXIT
+
+"$HACK_DIR/controlplane.sh" up
+export KUBECONFIG="$KUBECONFIG_PATH"
+KUBECTL="$KUBE_BIN/kubectl"
+if [ -d crd ] && ls crd/*.yaml >/dev/null 2>&1; then
+  "$KUBECTL" apply --server-side -f crd/ >/dev/null
+  "$KUBECTL" wait --for=condition=Established crd --all --timeout=60s >/dev/null
+  log "CRDs installed"
+fi
+
+cat <<MSG
+
+  The local control plane is up. In another terminal:
+
+    export KUBECONFIG=$KUBECONFIG_PATH
+    export PATH=$KUBE_BIN:\$PATH        # the kubectl built with the control plane
+    kubectl get nodes
+
+  Press Ctrl-C here to stop everything.
+
+MSG
+
+if command -v torchrun-controller >/dev/null && [ -f controller/cmd/main.py ]; then
+  torchrun-controller --kubeconfig "$KUBECONFIG_PATH" --log-format console "$@" &
+else
+  log "the controller program is not built yet; serving the bare control plane"
+  sleep infinity &
+fi
+wait $!

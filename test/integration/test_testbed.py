@@ -1,0 +1,120 @@
+"""The test bed is real: kube-scheduler places pods by GPU, kwok runs them as told, the Job
+controller counts them, and the garbage collector removes what a deleted Job owned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed import Cluster, wait_until
+
+
+def indexed_job(
+    name: str, completions: int, gpus: int, annotations: dict[str, str], backoff_limit: int = 0
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": completions,
+            "parallelism": completions,
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def job_condition(cluster: Cluster, ns: str, name: str, ctype: str) -> dict[str, Any] | None:
+    job = cluster.get("job", name, "-n", ns)
+    for cond in job.get("status", {}).get("conditions", []):
+        if cond["type"] == ctype and cond["status"] == "True":
+            return dict(cond)
+    return None
+
+
+def pods_of(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get("pods", "-n", ns, "-l", f"job-name={job}")["items"]
+    return items
+
+
+def test_nodes_are_fake_gpu_nodes(cluster: Cluster) -> None:
+    nodes = cluster.get("nodes")["items"]
+    assert len(nodes) == 4
+    for node in nodes:
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True"
+    assert cluster.kubectl("version", "-o", "json").stdout.count("v1.34") >= 1
+
+
+def test_indexed_job_runs_on_two_nodes_and_is_garbage_collected(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(
+        indexed_job("two", 2, 8, {"kwok.torchrun.ai/outcome": "succeed", "kwok.torchrun.ai/duration": "2s"}),
+        namespace,
+    )
+    wait_until(lambda: job_condition(cluster, namespace, "two", "Complete"), 60, message="Job Complete")
+    pods = pods_of(cluster, namespace, "two")
+    assert len(pods) == 2
+    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2, "8 GPUs each: they cannot share a node"
+    indexes = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods}
+    assert indexes == {"0", "1"}
+
+    cluster.kubectl("delete", "job", "two", "-n", namespace, "--cascade=background")
+    wait_until(lambda: not pods_of(cluster, namespace, "two"), 60, message="pods garbage-collected")
+
+
+def test_failing_pod_exit_code_and_backoff_limit(cluster: Cluster, namespace: str) -> None:
+    annotations = {
+        "kwok.torchrun.ai/outcome": "fail",
+        "kwok.torchrun.ai/exit-code": "3",
+        "kwok.torchrun.ai/duration": "500ms",
+    }
+    cluster.apply(indexed_job("fails", 1, 1, annotations, backoff_limit=1), namespace)
+    cond = wait_until(lambda: job_condition(cluster, namespace, "fails", "Failed"), 90, message="Job Failed")
+    assert cond["reason"] == "BackoffLimitExceeded"
+    pods = pods_of(cluster, namespace, "fails")
+    assert len(pods) == 2, "one retry before the backoff limit"
+    for pod in pods:
+        assert pod["status"]["phase"] == "Failed"
+        term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert term["exitCode"] == 3
+
+
+def test_pod_asking_too_many_gpus_is_unschedulable(cluster: Cluster, namespace: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "greedy"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "16"}}}
+            ]
+        },
+    }
+    cluster.apply(pod, namespace)
+
+    def unschedulable() -> dict[str, Any] | None:
+        got = cluster.get("pod", "greedy", "-n", namespace)
+        for cond in got.get("status", {}).get("conditions", []):
+            if cond["type"] == "PodScheduled" and cond["status"] == "False":
+                return dict(cond)
+        return None
+
+    cond = wait_until(unschedulable, 30, message="PodScheduled=False")
+    assert cond["reason"] == "Unschedulable"
+    assert "nvidia.com/gpu" in cond["message"]
+    assert cluster.get("pod", "greedy", "-n", namespace)["status"]["phase"] == "Pending"
