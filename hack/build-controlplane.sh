@@ -46,7 +46,8 @@ build_etcd() {
     command -v etcd >/dev/null || { apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null; }
     mkdir -p "$ETCD_BIN" && ln -sf "$(command -v etcd)" "$ETCD_BIN/etcd"
   fi
-  [ -x "$ETCD_BIN/v3" ] && mv "$ETCD_BIN/v3" "$ETCD_BIN/etcd"
+  # go names the binary after the package directory (server/)
+  if [ -x "$ETCD_BIN/server" ]; then mv "$ETCD_BIN/server" "$ETCD_BIN/etcd"; fi
   touch "$ETCD_BIN/.done"
 }
 

@@ -132,6 +132,7 @@ start_apiserver() {
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
     --enable-priority-and-fairness=false --endpoint-reconciler-type none \
+    --disable-admission-plugins TaintNodesByCondition \
     --kubelet-certificate-authority "$PKI/ca.crt" \
     --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
     --cert-dir "$PKI/serving" -v=1
@@ -144,7 +145,7 @@ start_controller_manager() {
     --authentication-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller" \
-    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
 }
 

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from testbed import CONTROLPLANE, Cluster
 
+from controller.metrics.registry import ControllerMetrics
+from controller.rest import RESTClient, load_config
+
 
 def _cache_dir() -> Path:
     base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
@@ -43,6 +46,12 @@ def cluster() -> Iterator[Cluster]:
     finally:
         subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=120)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def rest(cluster: Cluster) -> RESTClient:
+    """A RESTClient on the admin kubeconfig with its own metrics registry."""
+    return RESTClient(load_config(str(cluster.kubeconfig)), qps=500, burst=1000, metrics=ControllerMetrics())
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,21 @@ class Cluster:
 
     def start(self, component: str) -> None:
         self.controlplane("start", component)
+
+    def ports(self) -> dict[str, int]:
+        text = (self.run_dir / "ports.env").read_text()
+        return {k: int(v) for k, v in (line.split("=", 1) for line in text.split()) if v.isdigit()}
+
+    def etcd(self, call: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One call to etcd's JSON gateway, e.g. `etcd("kv/compaction", {"revision": 5})`."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.ports()['ETCD_PORT']}/v3/{call}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+            return out
 
     def process_rss_kib(self, component: str) -> int:
         pid = (self.run_dir / "pids" / f"{component}.pid").read_text().strip()
