@@ -1,0 +1,325 @@
+"""TorchrunJob (namespaced): one training run, submitted by a researcher.
+
+A job names its queue and says only what is specific to the run: its size (`numNodes`, or the
+legacy `numGPUs` which `topology` turns into nodes), the command as typed locally, rendezvous
+settings and elastic bounds (`distributed`), where the code comes from (`workspace`), lifecycle
+limits and the overrides its queue allows. Decisions worth knowing:
+  * `distributed.maxRestarts` is torchrun's in-node restart count; `failurePolicy.maxRestarts`
+    counts whole-job restarts. Both default to 0: a failure is reported, not hidden.
+  * `failurePolicy`: permanent exit codes fail the job at once (no whole-job restart); retriable
+    exit codes recreate the node's pod without counting toward `backoffLimitPerNode`; node
+    disruptions never count.
+  * `overrides` merge over the queue: scalars replace, `env` and `nodeSelector` merge by name/key
+    (job wins), `tolerations` are appended. Each set field must be in the queue's
+    `allowOverrides` (checked by the controller, see `validation`).
+  * `jobQueue` is immutable: moving a running job to a queue with another node shape is a new job.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api.codec import from_json
+from controller.api.conditions import CONDITION_LIST_SCHEMA, Condition
+from controller.api.core import (
+    DNS_LABEL_PATTERN,
+    ENV_LIST_SCHEMA,
+    NAME_SCHEMA,
+    PATH_SCHEMA,
+    TOLERATION_LIST_SCHEMA,
+    EnvVar,
+    ObjectMeta,
+    Overridable,
+    Toleration,
+)
+from controller.api.distributed import MAX_NODES, Distributed, Elastic
+from controller.api.fields import Rule, api, cel
+from controller.api.workspace import Workspace
+
+MAX_GPUS = 8192
+MAX_JOB_NAME_LENGTH = 52
+_EXIT_CODES = {"maxItems": 64, "x-kubernetes-list-type": "set"}
+
+
+class JobPhase(str, enum.Enum):
+    PENDING = "Pending"
+    SYNCING = "Syncing"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class JobConditionType:
+    """Condition types of a TorchrunJob; conditions are the truth, `phase` a summary."""
+
+    ADMITTED = "Admitted"  # queue found and Ready, spec valid against it; reason says why not
+    WORKSPACE_READY = "WorkspaceReady"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@cel(
+    Rule(
+        "!has(self.permanentExitCodes) || !has(self.retriableExitCodes) || "
+        "!self.permanentExitCodes.exists(c, c in self.retriableExitCodes)",
+        "an exit code cannot be both in permanentExitCodes and in retriableExitCodes",
+        field_path=".retriableExitCodes",
+    )
+)
+@dataclass(frozen=True)
+class FailurePolicy:
+    """What a failure costs: restarts of a node's pod, of the whole job, or nothing."""
+
+    max_restarts: int = field(
+        default=0,
+        metadata=api(
+            "Whole-job restarts after a failure (also capped by the controller's --restart-limit).",
+            schema={"minimum": 0, "maximum": 1000, "format": "int32"},
+        ),
+    )
+    backoff_limit_per_node: int = field(
+        default=0,
+        metadata=api(
+            "Pod failures of one node retried in place before the job fails (Job backoffLimitPerIndex).",
+            schema={"minimum": 0, "maximum": 100, "format": "int32"},
+        ),
+    )
+    permanent_exit_codes: tuple[int, ...] = field(
+        default=(),
+        metadata=api(
+            "Exit codes that fail the job at once, without any restart.",
+            schema=_EXIT_CODES,
+            items={"minimum": 1, "maximum": 255},
+        ),
+    )
+    retriable_exit_codes: tuple[int, ...] = field(
+        default=(),
+        metadata=api(
+            "Exit codes whose pod is recreated without counting toward backoffLimitPerNode.",
+            schema=_EXIT_CODES,
+            items={"minimum": 1, "maximum": 255},
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class JobOverrides:
+    """Queue settings this job replaces; each needs the queue's allowOverrides to list it."""
+
+    image: str | None = field(
+        default=None, metadata=api("Container image.", schema={"minLength": 1, "maxLength": 1024})
+    )
+    working_dir: str | None = field(
+        default=None, metadata=api("Working directory of torchrun.", schema=PATH_SCHEMA)
+    )
+    env: tuple[EnvVar, ...] = field(
+        default=(), metadata=api("Variables merged over the queue's by name.", schema=ENV_LIST_SCHEMA)
+    )
+    priority_class_name: str | None = field(
+        default=None, metadata=api("PriorityClass of the pods.", schema=NAME_SCHEMA)
+    )
+    node_selector: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=api("Labels merged over the queue's nodeSelector by key.", schema={"maxProperties": 64}),
+    )
+    tolerations: tuple[Toleration, ...] = field(
+        default=(), metadata=api("Tolerations added to the queue's.", schema=TOLERATION_LIST_SCHEMA)
+    )
+
+    def fields_set(self) -> tuple[Overridable, ...]:
+        """The overridable fields this job sets, in `Overridable` order."""
+        values: dict[Overridable, Any] = {
+            Overridable.IMAGE: self.image,
+            Overridable.WORKING_DIR: self.working_dir,
+            Overridable.ENV: self.env,
+            Overridable.PRIORITY_CLASS_NAME: self.priority_class_name,
+            Overridable.NODE_SELECTOR: self.node_selector,
+            Overridable.TOLERATIONS: self.tolerations,
+        }
+        return tuple(o for o in Overridable if values[o] not in (None, (), {}))
+
+
+@cel(
+    Rule(
+        "has(self.numNodes) || has(self.numGPUs)",
+        "one of numNodes or numGPUs is required",
+        field_path=".numNodes",
+        reason="FieldValueRequired",
+    ),
+    Rule(
+        "!has(self.numNodes) || !has(self.numGPUs)",
+        "numNodes and numGPUs are mutually exclusive: set exactly one",
+        field_path=".numGPUs",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
+        "!has(self.elastic) || !has(self.numGPUs)",
+        "elastic jobs are sized in nodes: use numNodes, not numGPUs",
+        field_path=".numGPUs",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
+        "!has(self.elastic) || !has(self.numNodes) || "
+        "(self.numNodes >= self.elastic.minNodes && self.numNodes <= self.elastic.maxNodes)",
+        "numNodes must be within elastic.minNodes..elastic.maxNodes",
+        field_path=".numNodes",
+    ),
+)
+@dataclass(frozen=True)
+class TorchrunJobSpec:
+    """One training run: its queue, size, command, code and lifecycle."""
+
+    job_queue: str = field(
+        metadata=api(
+            "Name of the TorchrunQueue the job runs on; immutable.",
+            schema={"minLength": 1, "maxLength": 63, "pattern": DNS_LABEL_PATTERN},
+            rules=(
+                Rule(
+                    "self == oldSelf",
+                    "jobQueue is immutable: delete the job and submit it to the other queue",
+                    reason="FieldValueForbidden",
+                ),
+            ),
+        )
+    )
+    command: str = field(
+        metadata=api(
+            "What you would type locally, e.g. `python train.py --epochs 100`, `python -m pkg.train` or "
+            "`bash run.sh`; the controller turns it into the torchrun launch.",
+            schema={"minLength": 1, "maxLength": 16384},
+        )
+    )
+    num_nodes: int | None = field(
+        default=None,
+        metadata=api(
+            "Nodes (pods) of the job, each with the queue's nodeResources; "
+            "the initial size of an elastic job.",
+            schema={"minimum": 1, "maximum": MAX_NODES, "format": "int32"},
+        ),
+    )
+    num_gpus: int | None = field(
+        default=None,
+        metadata=api(
+            "Legacy: total GPUs; one node when it fits in one, otherwise whole nodes of the queue's size.",
+            json_name="numGPUs",
+            schema={"minimum": 1, "maximum": MAX_GPUS, "format": "int32"},
+        ),
+    )
+    distributed: Distributed = field(default_factory=Distributed, metadata=api("torch.distributed settings."))
+    elastic: Elastic | None = field(
+        default=None, metadata=api("Elastic node range; a fixed size when absent.")
+    )
+    workspace: Workspace = field(default_factory=Workspace, metadata=api("Where the code comes from."))
+    suspend: bool = field(default=False, metadata=api("Suspended: pods are removed, PVCs and status kept."))
+    ttl_seconds_after_finished: int | None = field(
+        default=None,
+        metadata=api(
+            "Delete the job this many seconds after it finished; kept forever when absent.",
+            schema={"minimum": 0, "format": "int32"},
+        ),
+    )
+    active_deadline_seconds: int | None = field(
+        default=None,
+        metadata=api(
+            "Fail the job this many seconds after it started (sync included).",
+            schema={"minimum": 1, "format": "int64"},
+        ),
+    )
+    failure_policy: FailurePolicy = field(
+        default_factory=FailurePolicy, metadata=api("Restarts after failures.")
+    )
+    overrides: JobOverrides | None = field(default=None, metadata=api("Queue settings this job replaces."))
+
+
+@dataclass(frozen=True)
+class WorkerCounts:
+    """Pods of the worker Job by state."""
+
+    active: int = field(default=0, metadata=api("Pods running or pending."))
+    ready: int = field(default=0, metadata=api("Pods ready."))
+    succeeded: int = field(default=0, metadata=api("Pods succeeded."))
+    failed: int = field(default=0, metadata=api("Pods failed."))
+
+
+@dataclass(frozen=True)
+class TorchrunJobStatus:
+    """Observed state of the job, written by the controller."""
+
+    phase: JobPhase = field(
+        default=JobPhase.PENDING,
+        metadata=api(
+            "Pending, Syncing, Running, Succeeded, Failed or Suspended: a summary of the conditions."
+        ),
+    )
+    conditions: tuple[Condition, ...] = field(
+        default=(),
+        metadata=api(
+            "Admitted, WorkspaceReady, Running, Suspended, Succeeded, Failed.", schema=CONDITION_LIST_SCHEMA
+        ),
+    )
+    observed_generation: int = field(
+        default=0, metadata=api("The metadata.generation this status describes.", schema={"format": "int64"})
+    )
+    nodes: int = field(default=0, metadata=api("Nodes the job runs on now.", schema={"format": "int32"}))
+    gpus: int = field(
+        default=0,
+        metadata=api("GPUs the job runs on now (nodes × GPUs per node).", schema={"format": "int32"}),
+    )
+    workers: WorkerCounts = field(default_factory=WorkerCounts, metadata=api("Worker pods by state."))
+    restarts: int = field(default=0, metadata=api("Whole-job restarts so far.", schema={"format": "int32"}))
+    start_time: datetime.datetime | None = field(
+        default=None, metadata=api("When the job started (sync included).")
+    )
+    completion_time: datetime.datetime | None = field(default=None, metadata=api("When the job finished."))
+    workspace_generation: int = field(
+        default=0,
+        metadata=api(
+            "Generation of the workspace the workers run (bumped by each upload or hot reload).",
+            schema={"format": "int64"},
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class TorchrunJob:
+    """A parsed TorchrunJob object."""
+
+    spec: TorchrunJobSpec = field(metadata=api("Desired state."))
+    metadata: ObjectMeta = field(default_factory=ObjectMeta, metadata=api("Object metadata."))
+    status: TorchrunJobStatus = field(default_factory=TorchrunJobStatus, metadata=api("Observed state."))
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> TorchrunJob:
+        """Parse an object as the API returns it; raises `InvalidObjectError` naming the bad fields."""
+        return from_json(cls, raw)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """The `namespace/name` key of the informer cache and the workqueue."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+
+JOB_ROOT_RULES = (
+    Rule(
+        f"self.metadata.name.size() <= {MAX_JOB_NAME_LENGTH} && "
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        f"metadata.name must be a DNS-1035 label (lower case, starting with a letter) of at most "
+        f"{MAX_JOB_NAME_LENGTH} characters: it names the job's Service and its pods' hostnames "
+        "(<name>-<index>)",
+    ),
+)

@@ -1,0 +1,557 @@
+"""The CRDs against the real kube-apiserver: samples accepted, bad input rejected naming the field,
+defaults visible on read-back and equal to the Python types' defaults, printer columns printed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testbed import Cluster, wait_until
+
+from controller.api import TorchrunJob, TorchrunQueue, WorkspaceSource, to_json
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = sorted((REPO / "config" / "samples").glob("*.yaml"))
+CRD_NAMES = ("torchrunqueues.torchrun.ai", "torchrunjobs.torchrun.ai")
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: Cluster) -> Cluster:
+    """`kubectl apply -f crd/`, exactly as the README says, then wait until the API serves them."""
+    cluster.kubectl("apply", "-f", str(REPO / "crd"))
+    crd_refs = [f"crd/{name}" for name in CRD_NAMES]
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crd_refs)
+    wait_until(
+        lambda: cluster.kubectl("get", "tq,tj", "-A", check=False).returncode == 0,
+        timeout=30,
+        message="kubectl to discover tq and tj",
+    )
+    return cluster
+
+
+@pytest.fixture
+def samples(crds: Cluster, namespace: str) -> Iterator[list[dict[str, Any]]]:
+    """Every sample, created in this test's namespace; the cluster-scoped queues are removed after."""
+    docs = [doc for path in SAMPLES for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for path in SAMPLES:
+        crds.apply(path.read_text(), namespace=namespace)
+    yield docs
+    queues = [d["metadata"]["name"] for d in docs if d["kind"] == "TorchrunQueue"]
+    crds.kubectl("delete", "tq", *queues, "--wait=false", "--ignore-not-found", check=False)
+
+
+def present_paths(value: Any, path: str = "") -> set[str]:
+    """JSON paths holding a non-empty value (absent and empty mean the same to the types)."""
+    if isinstance(value, dict):
+        paths = {p for k, v in value.items() for p in present_paths(v, f"{path}.{k}")}
+        return paths or ({path} if value else set())
+    if isinstance(value, list):
+        return {p for i, v in enumerate(value) for p in present_paths(v, f"{path}[{i}]")}
+    return {path}
+
+
+def read_back(cluster: Cluster, doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    resource = "tq" if doc["kind"] == "TorchrunQueue" else "tj"
+    ns = [] if resource == "tq" else ["-n", namespace]
+    return cluster.get(resource, doc["metadata"]["name"], *ns)
+
+
+def test_every_sample_is_accepted_and_reads_back_as_the_types_expect(
+    crds: Cluster, namespace: str, samples: list[dict[str, Any]]
+) -> None:
+    assert len(samples) >= 10
+    for doc in samples:
+        stored = read_back(crds, doc, namespace)
+        kind = TorchrunQueue if doc["kind"] == "TorchrunQueue" else TorchrunJob
+        name = doc["metadata"]["name"]
+        # the server's defaults are exactly the Python defaults: same values, no extra fields
+        assert kind.from_json(stored).spec == kind.from_json(doc).spec, name
+        assert present_paths(stored["spec"]) == present_paths(to_json(kind.from_json(doc).spec)), name
+
+
+def test_defaults_appear_on_objects_read_back(
+    crds: Cluster, namespace: str, samples: list[dict[str, Any]]
+) -> None:
+    queue = crds.get("tq", "basic")["spec"]
+    assert queue["nodeResources"]["gpuResourceName"] == "nvidia.com/gpu"
+    assert queue["securityContext"] == {"runAsNonRoot": True}
+    assert queue["storage"]["workspace"] == {
+        "enabled": True,
+        "sizePerGPU": "10Gi",
+        "accessModes": ["ReadWriteMany"],
+    }
+    assert queue["storage"]["checkpoints"]["enabled"] is False
+    assert queue["storage"]["checkpoints"]["mountPath"] == "/checkpoints"
+    assert queue["storage"]["shmSizePerGPU"] == "2Gi"
+    assert queue["scheduling"] == {"scheduler": "default"}
+
+    prod = crds.get("tq", "prod")["spec"]
+    assert prod["securityContext"]["runAsNonRoot"] is True  # defaulted inside a user-written object
+    assert prod["securityContext"]["runAsUser"] == 1000
+    assert prod["storage"]["datasets"] == {
+        "claimName": "datasets",
+        "mountPath": "/datasets",
+        "readOnly": True,
+    }
+    assert prod["quota"]["cpu"] == {"quota": 768, "overQuotaWeight": 1}
+
+    job = crds.get("tj", "mnist", "-n", namespace)["spec"]
+    assert job["distributed"] == {
+        "backend": "nccl",
+        "rdzvBackend": "c10d",
+        "managedEtcd": False,
+        "rdzvPort": 29400,
+        "maxRestarts": 0,
+    }
+    assert job["workspace"] == {"source": "upload", "mountPath": "/app"}
+    assert job["failurePolicy"] == {"maxRestarts": 0, "backoffLimitPerNode": 0}
+    assert job["suspend"] is False
+
+
+def test_legacy_zip_source_is_accepted_and_read_as_upload(crds: Cluster, namespace: str) -> None:
+    crds.apply(job_manifest("legacy-zip", workspace={"source": "zip"}), namespace=namespace)
+    stored = crds.get("tj", "legacy-zip", "-n", namespace)
+    assert stored["spec"]["workspace"]["source"] == "zip"
+    assert TorchrunJob.from_json(stored).spec.workspace.source is WorkspaceSource.UPLOAD
+
+
+def test_printer_columns(crds: Cluster, namespace: str, samples: list[dict[str, Any]]) -> None:
+    status = {
+        "phase": "Running",
+        "nodes": 4,
+        "gpus": 32,
+        "restarts": 1,
+        "observedGeneration": 1,
+        "conditions": [
+            {
+                "type": "Running",
+                "status": "True",
+                "reason": "AllNodesReady",
+                "message": "4/4 nodes ready",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }
+        ],
+    }
+    crds.kubectl(
+        "patch", "tj", "llama-pretrain", "-n", namespace,
+        "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+    queue_status = {
+        "jobs": {"total": 3, "running": 1, "pending": 2},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "QueueReady",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }
+        ],
+    }
+    crds.kubectl(
+        "patch",
+        "tq",
+        "prod",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": queue_status}),
+    )
+
+    out = crds.kubectl("get", "tj,tq", "-A").stdout
+    lines = out.splitlines()
+    assert any(
+        line.split() == ["NAMESPACE", "NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE"]
+        for line in lines
+    ), out
+    assert any(
+        line.split() == ["NAMESPACE", "NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE"]
+        for line in lines
+    ), out
+    job_row = next(
+        line.split() for line in lines if line.startswith(f"{namespace} ") and "llama-pretrain" in line
+    )
+    assert job_row[:7] == [
+        namespace,
+        "torchrunjob.torchrun.ai/llama-pretrain",
+        "prod",
+        "4",
+        "32",
+        "Running",
+        "1",
+    ]
+    queue_row = next(line.split() for line in lines if "torchrunqueue.torchrun.ai/prod" in line)
+    assert queue_row[:5] == ["torchrunqueue.torchrun.ai/prod", "8", "kai-scheduler", "True", "3"]
+
+    wide = crds.kubectl("get", "tq", "prod", "-o", "wide").stdout
+    assert wide.splitlines()[0].split() == [
+        "NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE", "RUNNING", "PENDING", "IMAGE",
+    ]  # fmt: skip
+    category = crds.kubectl("get", "torchrun", "-A").stdout
+    assert "torchrunjob.torchrun.ai/mnist" in category
+    assert "torchrunqueue.torchrun.ai/basic" in category
+
+
+def test_status_is_a_subresource(crds: Cluster, namespace: str) -> None:
+    manifest = job_manifest("status-ignored")
+    manifest["status"] = {"phase": "Succeeded"}
+    crds.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    # with the status subresource, status sent to the main resource is dropped
+    assert "status" not in crds.get("tj", "status-ignored", "-n", namespace)
+
+
+def test_job_queue_is_immutable(crds: Cluster, namespace: str) -> None:
+    crds.apply(job_manifest("pinned"), namespace=namespace)
+    proc = crds.kubectl(
+        "patch",
+        "tj",
+        "pinned",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"jobQueue":"other"}}',
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "spec.jobQueue: Forbidden: jobQueue is immutable" in proc.stderr
+
+
+# --- invalid manifests: each rejected at admission with a message naming the field ---------------
+
+
+def job_manifest(name: str = "bad-job", **spec: Any) -> dict[str, Any]:
+    base = {"jobQueue": "dev", "numNodes": 2, "command": "python train.py"}
+    return {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "metadata": {"name": name},
+        "spec": merge(base, spec),
+    }
+
+
+def queue_manifest(name: str | None = None, **spec: Any) -> dict[str, Any]:
+    base = {"nodeResources": {"gpus": 8}, "image": "pytorch/pytorch"}
+    return {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunQueue",
+        "metadata": {"name": name or f"bad-queue-{uuid.uuid4().hex[:6]}"},
+        "spec": merge(base, spec),
+    }
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A deep merge where None deletes the key."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+ELASTIC = {"minNodes": 1, "maxNodes": 4}
+ENV_BOTH = {"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
+    # TorchrunJob: size
+    (
+        "job-no-size",
+        job_manifest(numNodes=None),
+        ["spec.numNodes: Required value: one of numNodes or numGPUs is required"],
+    ),
+    (
+        "job-both-sizes",
+        job_manifest(numGPUs=16),
+        ["spec.numGPUs: Forbidden: numNodes and numGPUs are mutually exclusive"],
+    ),
+    ("job-zero-nodes", job_manifest(numNodes=0), ["spec.numNodes", "greater than or equal to 1"]),
+    ("job-too-many-nodes", job_manifest(numNodes=5000), ["spec.numNodes", "less than or equal to 1024"]),
+    ("job-zero-gpus", job_manifest(numNodes=None, numGPUs=0), ["spec.numGPUs", "greater than or equal to 1"]),
+    # TorchrunJob: required and malformed fields
+    ("job-no-queue", job_manifest(jobQueue=None), ["spec.jobQueue: Required value"]),
+    ("job-bad-queue-name", job_manifest(jobQueue="My_Queue"), ["spec.jobQueue", "should match"]),
+    ("job-no-command", job_manifest(command=None), ["spec.command: Required value"]),
+    ("job-empty-command", job_manifest(command=""), ["spec.command", "at least 1 chars long"]),
+    ("job-typo-field", job_manifest(numNode=2), ['unknown field "spec.numNode"']),
+    ("job-name-too-long", job_manifest("x" * 53), ["metadata.name must be a DNS-1035 label", "at most 52"]),
+    ("job-name-digit-first", job_manifest("1st-run"), ["metadata.name must be a DNS-1035 label"]),
+    # TorchrunJob: distributed
+    (
+        "job-bad-backend",
+        job_manifest(distributed={"backend": "mpi"}),
+        ['spec.distributed.backend: Unsupported value: "mpi"'],
+    ),
+    (
+        "job-etcd-no-endpoint",
+        job_manifest(distributed={"rdzvBackend": "etcd-v2"}),
+        ["spec.distributed.rdzvEndpoint: Required value: etcd-v2 rendezvous needs rdzvEndpoint"],
+    ),
+    (
+        "job-etcd-both",
+        job_manifest(
+            distributed={"rdzvBackend": "etcd-v2", "rdzvEndpoint": "etcd:2379", "managedEtcd": True}
+        ),
+        ["spec.distributed.managedEtcd: Forbidden: rdzvEndpoint and managedEtcd are mutually exclusive"],
+    ),
+    (
+        "job-c10d-endpoint",
+        job_manifest(distributed={"rdzvEndpoint": "etcd:2379"}),
+        ["spec.distributed.rdzvBackend: Forbidden: rdzvEndpoint and managedEtcd are only for rdzvBackend"],
+    ),
+    (
+        "job-endpoint-no-port",
+        job_manifest(distributed={"rdzvBackend": "etcd-v2", "rdzvEndpoint": "etcd"}),
+        ["spec.distributed.rdzvEndpoint", "should match"],
+    ),
+    (
+        "job-bad-port",
+        job_manifest(distributed={"rdzvPort": 70000}),
+        ["spec.distributed.rdzvPort", "less than or equal to 65535"],
+    ),
+    # TorchrunJob: elastic
+    (
+        "job-elastic-inverted",
+        job_manifest(numNodes=None, elastic={"minNodes": 4, "maxNodes": 2}),
+        ["spec.elastic.minNodes", "minNodes must be less than or equal to maxNodes"],
+    ),
+    (
+        "job-elastic-gpus",
+        job_manifest(numNodes=None, numGPUs=16, elastic=ELASTIC),
+        ["spec.numGPUs: Forbidden: elastic jobs are sized in nodes"],
+    ),
+    (
+        "job-elastic-outside",
+        job_manifest(numNodes=6, elastic=ELASTIC),
+        ["spec.numNodes", "numNodes must be within elastic.minNodes..elastic.maxNodes"],
+    ),
+    ("job-elastic-no-max", job_manifest(elastic={"minNodes": 1}), ["spec.elastic.maxNodes: Required value"]),
+    # TorchrunJob: workspace
+    (
+        "job-git-missing",
+        job_manifest(workspace={"source": "git"}),
+        ["spec.workspace.git: Required value: source git needs workspace.git"],
+    ),
+    (
+        "job-git-stray",
+        job_manifest(workspace={"git": {"url": "https://github.com/x/y.git"}}),
+        ["spec.workspace.git: Forbidden: workspace.git is only allowed with source git"],
+    ),
+    (
+        "job-s3-with-pvc",
+        job_manifest(
+            workspace={"source": "s3", "s3": {"uri": "s3://bucket/code.tar.gz"}, "pvc": {"claimName": "c"}}
+        ),
+        ["spec.workspace.pvc: Forbidden: workspace.pvc is only allowed with source pvc"],
+    ),
+    ("job-pvc-missing", job_manifest(workspace={"source": "pvc"}), ["spec.workspace.pvc: Required value"]),
+    (
+        "job-bad-source",
+        job_manifest(workspace={"source": "ftp"}),
+        ['spec.workspace.source: Unsupported value: "ftp"'],
+    ),
+    (
+        "job-bad-git-url",
+        job_manifest(workspace={"source": "git", "git": {"url": "not a url"}}),
+        ["spec.workspace.git.url", "should match"],
+    ),
+    (
+        "job-bad-s3-uri",
+        job_manifest(workspace={"source": "s3", "s3": {"uri": "https://bucket/x"}}),
+        ["spec.workspace.s3.uri", "should match"],
+    ),
+    (
+        "job-pvc-escape",
+        job_manifest(workspace={"source": "pvc", "pvc": {"claimName": "c", "subPath": "code/../../etc"}}),
+        ["spec.workspace.pvc.subPath", "subPath must be a relative path without '..'"],
+    ),
+    (
+        "job-relative-mount",
+        job_manifest(workspace={"mountPath": "app"}),
+        ["spec.workspace.mountPath", "should match"],
+    ),
+    # TorchrunJob: lifecycle and failure policy
+    (
+        "job-negative-ttl",
+        job_manifest(ttlSecondsAfterFinished=-1),
+        ["spec.ttlSecondsAfterFinished", "greater than or equal to 0"],
+    ),
+    (
+        "job-zero-deadline",
+        job_manifest(activeDeadlineSeconds=0),
+        ["spec.activeDeadlineSeconds", "greater than or equal to 1"],
+    ),
+    (
+        "job-exit-code-both",
+        job_manifest(failurePolicy={"permanentExitCodes": [1, 2], "retriableExitCodes": [2]}),
+        ["spec.failurePolicy.retriableExitCodes", "an exit code cannot be both"],
+    ),
+    (
+        "job-exit-code-zero",
+        job_manifest(failurePolicy={"permanentExitCodes": [0]}),
+        ["spec.failurePolicy.permanentExitCodes[0]", "greater than or equal to 1"],
+    ),
+    (
+        "job-exit-code-dup",
+        job_manifest(failurePolicy={"retriableExitCodes": [3, 3]}),
+        ["spec.failurePolicy.retriableExitCodes[1]: Duplicate value: 3"],
+    ),
+    (
+        "job-negative-restarts",
+        job_manifest(failurePolicy={"maxRestarts": -1}),
+        ["spec.failurePolicy.maxRestarts"],
+    ),
+    # TorchrunJob: overrides
+    (
+        "job-env-both",
+        job_manifest(overrides={"env": [ENV_BOTH]}),
+        ["spec.overrides.env[0]: Forbidden: value and valueFrom are mutually exclusive"],
+    ),
+    (
+        "job-env-dup",
+        job_manifest(overrides={"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}),
+        ["spec.overrides.env[1]: Duplicate value"],
+    ),
+    (
+        "job-toleration-exists-value",
+        job_manifest(overrides={"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}),
+        ["spec.overrides.tolerations[0].value: Forbidden: value must be empty when operator is Exists"],
+    ),
+    (
+        "job-override-empty-image",
+        job_manifest(overrides={"image": ""}),
+        ["spec.overrides.image", "at least 1 chars long"],
+    ),
+    # TorchrunQueue
+    ("queue-no-image", queue_manifest(image=None), ["spec.image: Required value"]),
+    ("queue-no-node-resources", queue_manifest(nodeResources=None), ["spec.nodeResources: Required value"]),
+    (
+        "queue-negative-gpus",
+        queue_manifest(nodeResources={"gpus": -1}),
+        ["spec.nodeResources.gpus", "greater than or equal to 0"],
+    ),
+    (
+        "queue-bad-memory",
+        queue_manifest(nodeResources={"memory": "lots"}),
+        ["spec.nodeResources.memory", "should match"],
+    ),
+    (
+        "queue-negative-cpus",
+        queue_manifest(nodeResources={"cpus": "-4"}),
+        ["spec.nodeResources.cpus", "should match"],
+    ),
+    (
+        "queue-bad-gpu-resource",
+        queue_manifest(nodeResources={"gpuResourceName": "gpu"}),
+        ["spec.nodeResources.gpuResourceName"],
+    ),
+    (
+        "queue-bad-scheduler",
+        queue_manifest(scheduling={"scheduler": "slurm"}),
+        ['spec.scheduling.scheduler: Unsupported value: "slurm"'],
+    ),
+    (
+        "queue-kai-without-kai",
+        queue_manifest(kaiQueue="team-a"),
+        ["spec.kaiQueue: Forbidden: kaiQueue is only allowed with scheduling.scheduler kai-scheduler"],
+    ),
+    (
+        "queue-parent-without-kai",
+        queue_manifest(scheduling={"scheduler": "kueue"}, parentKaiQueue="root"),
+        ["spec.parentKaiQueue: Forbidden"],
+    ),
+    (
+        "queue-kueue-without-kueue",
+        queue_manifest(scheduling={"scheduler": "kai-scheduler"}, kueueLocalQueue="lq"),
+        ["spec.kueueLocalQueue: Forbidden: kueueLocalQueue is only allowed with scheduling.scheduler kueue"],
+    ),
+    (
+        "queue-limit-below-quota",
+        queue_manifest(scheduling={"scheduler": "kai-scheduler"}, quota={"gpu": {"quota": 16, "limit": "8"}}),
+        ["spec.quota.gpu.limit", "limit must be greater than or equal to quota"],
+    ),
+    (
+        "queue-memory-limit-below-quota",
+        queue_manifest(
+            scheduling={"scheduler": "kai-scheduler"}, quota={"memory": {"quota": "1Ti", "limit": "512Gi"}}
+        ),
+        ["spec.quota.memory.limit", "limit must be greater than or equal to quota"],
+    ),
+    (
+        "queue-bad-override",
+        queue_manifest(allowOverrides=["resources"]),
+        ['spec.allowOverrides[0]: Unsupported value: "resources"'],
+    ),
+    (
+        "queue-dup-override",
+        queue_manifest(allowOverrides=["env", "env"]),
+        ['spec.allowOverrides[1]: Duplicate value: "env"'],
+    ),
+    (
+        "queue-no-access-modes",
+        queue_manifest(storage={"workspace": {"accessModes": []}}),
+        ["spec.storage.workspace.accessModes", "at least 1 items"],
+    ),
+    (
+        "queue-bad-access-mode",
+        queue_manifest(storage={"checkpoints": {"accessModes": ["ReadWriteSometimes"]}}),
+        ['spec.storage.checkpoints.accessModes[0]: Unsupported value: "ReadWriteSometimes"'],
+    ),
+    (
+        "queue-datasets-no-claim",
+        queue_manifest(storage={"datasets": {"mountPath": "/data"}}),
+        ["spec.storage.datasets.claimName: Required value"],
+    ),
+    (
+        "queue-bad-size",
+        queue_manifest(storage={"workspace": {"sizePerGPU": "10GB"}}),
+        ["spec.storage.workspace.sizePerGPU", "should match"],
+    ),
+    (
+        "queue-toleration-seconds",
+        queue_manifest(
+            scheduling={"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 30}]}
+        ),
+        ["spec.scheduling.tolerations[0].tolerationSeconds: Forbidden: tolerationSeconds is only allowed"],
+    ),
+    (
+        "queue-env-name",
+        queue_manifest(env=[{"name": "A=B", "value": "1"}]),
+        ["spec.env[0].name", "should match"],
+    ),
+    ("queue-relative-workdir", queue_manifest(workingDir="src"), ["spec.workingDir", "should match"]),
+    (
+        "queue-name-not-label",
+        queue_manifest("team.dev"),
+        ["metadata.name must be a DNS label of at most 63 characters"],
+    ),
+]
+
+
+def test_the_invalid_table_is_big_enough() -> None:
+    kinds = {manifest["kind"] for _, manifest, _ in INVALID}
+    assert len(INVALID) >= 25
+    assert kinds == {"TorchrunJob", "TorchrunQueue"}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"), [(m, e) for _, m, e in INVALID], ids=[c for c, _, _ in INVALID]
+)
+def test_invalid_manifest_is_rejected_naming_the_field(
+    crds: Cluster, namespace: str, manifest: dict[str, Any], expected: list[str]
+) -> None:
+    proc = crds.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
+    )
+    assert proc.returncode != 0, f"accepted: {yaml.safe_dump(manifest)}"
+    for fragment in expected:
+        assert fragment in proc.stderr, f"{fragment!r} not in {proc.stderr!r}"
