@@ -59,4 +59,5 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    # wait, so one test's pods never hold GPUs another test needs
+    cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)

@@ -120,7 +120,7 @@ def _parse_value(ftype: FieldType, raw: Any, path: str, errors: list[FieldError]
     if kind is Kind.OBJECT:
         return _parse_object(ftype.python, raw, path, errors)
     if kind is Kind.LIST:
-        if not isinstance(raw, list):
+        if not isinstance(raw, list | tuple):  # tuples: frozen informer-cache objects
             return _bad(errors, path, f"must be a list, not {_json_type(raw)}")
         assert ftype.item is not None
         items = [_parse_value(ftype.item, v, f"{path}[{i}]", errors) for i, v in enumerate(raw)]

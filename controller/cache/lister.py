@@ -7,7 +7,6 @@ Reads never touch the API server. Objects returned are the frozen cached objects
 from __future__ import annotations
 
 import builtins
-
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,9 @@ class Lister:
     def get(self, name: str, namespace: str | None = None) -> Obj | None:
         return self.indexer.get_by_key(f"{namespace}/{name}" if namespace else name)
 
-    def list(self, namespace: str | None = None, selector: Mapping[str, str] | None = None) -> builtins.list[Obj]:
+    def list(
+        self, namespace: str | None = None, selector: Mapping[str, str] | None = None
+    ) -> builtins.list[Obj]:
         objs = self.indexer.by_index(NAMESPACE_INDEX, namespace) if namespace else self.indexer.list()
         return [o for o in objs if labels_match(o, selector)]
 

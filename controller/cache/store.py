@@ -9,7 +9,6 @@ treated as immutable: callers store frozen objects and never change them afterwa
 from __future__ import annotations
 
 import builtins
-
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any

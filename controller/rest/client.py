@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -355,9 +356,15 @@ class WatchStream:
     def stop(self) -> None:
         """Interrupt a blocked read from another thread; iteration then ends quietly."""
         self._stopped = True
-        shutdown = getattr(self._resp, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        # shutting the socket down wakes a thread blocked in recv() at once (TLS included)
+        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+            else:
+                self._resp.shutdown()
+        except (ValueError, OSError, AttributeError):  # already closed: nothing to interrupt
+            pass
 
     def close(self) -> None:
         self._resp.close()

@@ -36,7 +36,9 @@ def create_pods(rest: RESTClient, count: int) -> None:
             "metadata": {"name": f"p-{i:05d}", "labels": {"app": "bench", "torchrun-job-name": f"j{i // 2}"}},
             "spec": {
                 "nodeName": f"gpu-node-{i % 4}",
-                "containers": [{"name": "main", "image": "pytorch/pytorch:2.4.0", "command": ["torchrun", "train.py"]}],
+                "containers": [
+                    {"name": "main", "image": "pytorch/pytorch:2.4.0", "command": ["torchrun", "train.py"]}
+                ],
             },
         }
         rest.create(PODS, pod, NAMESPACE)
@@ -49,7 +51,9 @@ def measure(kubeconfig: str, transform: bool) -> dict[str, float]:
     """Run in a fresh interpreter so RSS readings are not polluted by earlier runs."""
     gc.collect()
     rest = RESTClient(load_config(kubeconfig), qps=1000, burst=1000)
-    factory = SharedInformerFactory(rest, namespace=NAMESPACE, transform=strip_managed_fields if transform else None)
+    factory = SharedInformerFactory(
+        rest, namespace=NAMESPACE, transform=strip_managed_fields if transform else None
+    )
     informer = factory.informer_for(PODS)
     gc.collect()
     before = rss_kib()
@@ -62,7 +66,12 @@ def measure(kubeconfig: str, transform: bool) -> dict[str, float]:
     after = rss_kib()
     n = len(informer.list())
     stop.set()
-    return {"pods": n, "seconds": seconds, "kib_total": after - before, "bytes_per_pod": (after - before) * 1024 / n}
+    return {
+        "pods": n,
+        "seconds": seconds,
+        "kib_total": after - before,
+        "bytes_per_pod": (after - before) * 1024 / n,
+    }
 
 
 def main() -> None:
@@ -84,10 +93,20 @@ def main() -> None:
         for mode in ("transform", "raw"):
             out = subprocess.run(
                 [sys.executable, __file__, "--measure", mode, "--kubeconfig", str(kubeconfig)],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout
             r = json.loads(out.strip().splitlines()[-1])
-            rows.append([mode, int(r["pods"]), f"{r['seconds']:.2f}", int(r["kib_total"]), f"{r['bytes_per_pod']:.0f}"])
+            rows.append(
+                [
+                    mode,
+                    int(r["pods"]),
+                    f"{r['seconds']:.2f}",
+                    int(r["kib_total"]),
+                    f"{r['bytes_per_pod']:.0f}",
+                ]
+            )
     print(table(["cache", "pods", "sync seconds", "RSS added KiB", "bytes/pod"], rows))
 
 

@@ -13,6 +13,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 
@@ -78,7 +79,7 @@ def variants() -> dict[str, QueueFactory]:
         return Queue("bench", metrics_provider=provider)
 
     return {
-        "Queue (unnamed)": lambda: Queue[int](),
+        "Queue (unnamed)": Queue[int],
         "Queue (named, no-op metrics)": lambda: Queue[int]("bench"),
         "Queue (named, prometheus)": prometheus_queue,
         "RateLimitingQueue (unnamed)": lambda: RateLimitingQueue[int](default_controller_rate_limiter()),
@@ -90,7 +91,9 @@ def best_of(repeat: int, run: Callable[[], float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--items", type=int, default=200_000, help="items per run (default 200000)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell, best reported (default 3)")
     args = parser.parse_args()
@@ -100,8 +103,8 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for label, make in variants().items():
-        one = best_of(args.repeat, lambda make=make: single_thread(make, args.items))  # type: ignore[misc]
-        ten = best_of(args.repeat, lambda make=make: multi_thread(make, args.items))  # type: ignore[misc]
+        one = best_of(args.repeat, partial(single_thread, make, args.items))
+        ten = best_of(args.repeat, partial(multi_thread, make, args.items))
         print(f"{label:<30} {one:>14,.0f} {ten:>14,.0f}")
 
 

@@ -26,7 +26,12 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 
 
 def configmap(name: str, **data: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "t"}}, "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"app": "t"}},
+        "data": data,
+    }
 
 
 def create_many(rest: RESTClient, ns: str, names: list[str]) -> None:
@@ -60,7 +65,9 @@ class Events:
 
 def start_informer(rest: RESTClient, ns: str) -> tuple[SharedIndexInformer, Events, threading.Event]:
     factory = SharedInformerFactory(rest, namespace=ns)
-    informer = factory.informer_for(CONFIGMAPS, indexers={"value": lambda o: [o.get("data", {}).get("v", "")]})
+    informer = factory.informer_for(
+        CONFIGMAPS, indexers={"value": lambda o: [o.get("data", {}).get("v", "")]}
+    )
     events = Events()
     informer.add_event_handler(events.handler())
     stop = threading.Event()
@@ -115,7 +122,9 @@ def _etcd_key(ns: str, name: str) -> str:
     return base64.b64encode(f"/registry/configmaps/{ns}/{name}".encode()).decode()
 
 
-def test_forced_410_relists_and_tombstones_what_vanished(cluster: Cluster, rest: RESTClient, namespace: str) -> None:
+def test_forced_410_relists_and_tombstones_what_vanished(
+    cluster: Cluster, rest: RESTClient, namespace: str
+) -> None:
     create_many(rest, namespace, ["keep", "vanish"])
     informer, events, stop = start_informer(rest, namespace)
     try:
@@ -134,7 +143,9 @@ def test_forced_410_relists_and_tombstones_what_vanished(cluster: Cluster, rest:
         cluster.start("kube-apiserver")
 
 
-def test_informer_recovers_after_apiserver_restart(cluster: Cluster, rest: RESTClient, namespace: str) -> None:
+def test_informer_recovers_after_apiserver_restart(
+    cluster: Cluster, rest: RESTClient, namespace: str
+) -> None:
     create_many(rest, namespace, [f"r-{i}" for i in range(20)])
     informer, _, stop = start_informer(rest, namespace)
     try:
@@ -144,8 +155,11 @@ def test_informer_recovers_after_apiserver_restart(cluster: Cluster, rest: RESTC
         rest.delete(CONFIGMAPS, "r-0", namespace)
         rest.patch(CONFIGMAPS, "r-1", {"data": {"v": "after"}}, namespace)
         rest.create(CONFIGMAPS, configmap("r-new"), namespace)
-        wait_until(lambda: cache_state(informer) == server_state(rest, namespace), 120,
-                   message="cache equals server state")
+        wait_until(
+            lambda: cache_state(informer) == server_state(rest, namespace),
+            120,
+            message="cache equals server state",
+        )
     finally:
         stop.set()
         cluster.start("kube-apiserver")
@@ -156,7 +170,8 @@ def test_two_candidates_one_leader_and_handover(cluster: Cluster, namespace: str
     procs = {
         ident: subprocess.Popen(
             [sys.executable, str(script), str(cluster.kubeconfig), namespace, ident],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for ident in ("alpha", "beta")
     }
@@ -209,14 +224,17 @@ def test_metrics_endpoint_shows_workqueue_and_rest_series(cluster: Cluster, name
 
     rest = RESTClient(load_config(str(cluster.kubeconfig)), metrics=metrics)
     queue: RateLimitingQueue[str] = RateLimitingQueue(
-        default_controller_rate_limiter(), name="configmaps",
+        default_controller_rate_limiter(),
+        name="configmaps",
         metrics_provider=PrometheusWorkqueueMetricsProvider(metrics.registry),
     )
     reconciler = CountingReconciler()
     ctrl = Controller("configmaps", reconciler, queue, threadiness=2, metrics=metrics)
     factory = SharedInformerFactory(rest, namespace=namespace)
     informer = factory.informer_for(CONFIGMAPS)
-    informer.add_event_handler(FuncHandler(add=lambda o, i: ctrl.enqueue(f"{namespace}/{o['metadata']['name']}")))
+    informer.add_event_handler(
+        FuncHandler(add=lambda o, i: ctrl.enqueue(f"{namespace}/{o['metadata']['name']}"))
+    )
     stop = threading.Event()
     server = MetricsServer("127.0.0.1:0", metrics.registry, ready=lambda: informer.has_synced()).start()
     try:

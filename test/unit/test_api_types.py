@@ -225,3 +225,19 @@ def test_overrides_report_the_fields_they_set() -> None:
 
 def test_overridable_names_are_exactly_the_override_fields() -> None:
     assert [o.value for o in Overridable] == [f.json_name for f in resolved_fields(JobOverrides)]
+
+
+def test_frozen_cache_objects_parse_like_raw_json() -> None:
+    """The informer cache hands out FrozenDicts with tuples for lists; parsing must not care."""
+    import pathlib
+
+    import yaml
+
+    from controller.api import TorchrunJob, TorchrunQueue
+    from controller.cache import freeze
+
+    samples = pathlib.Path(__file__).resolve().parents[2] / "config" / "samples"
+    for path in sorted(samples.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        cls = TorchrunQueue if raw["kind"] == "TorchrunQueue" else TorchrunJob
+        assert cls.from_json(freeze(raw)) == cls.from_json(raw), path.name

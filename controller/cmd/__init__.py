@@ -1,0 +1,1 @@
+"""Programs: `torchrun-controller` (main.py)."""

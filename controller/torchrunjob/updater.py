@@ -1,0 +1,58 @@
+"""Per-job state that is not in the API (the seed's `jobtracker`: one updater per job).
+
+`JobTracker` maps a job's key to its `JobUpdater`. An updater is created on first sight, dropped
+when the job is deleted, and replaced when a job of the same name comes back with a new UID. The
+tracker's lock guards the dict; each updater's own lock guards its fields — and since the
+workqueue never hands one key to two workers, an updater is in practice used by one thread at a
+time; the locks make that safe rather than lucky.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class JobUpdater:
+    key: str
+    uid: str
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # generation of the spec the last reconcile acted on
+    observed_generation: int = 0
+    # the submit→running latency is observed once per job
+    running_observed: bool = False
+    # a whole-job restart deleted the worker Job and is waiting for it to be gone
+    restart_pending: bool = False
+    # seconds-from-now timers the last reconcile asked for, by purpose (ttl, deadline, ...)
+    timers: dict[str, float] = field(default_factory=dict)
+
+
+class JobTracker:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._updaters: dict[str, JobUpdater] = {}
+
+    def get_or_create(self, key: str, uid: str) -> JobUpdater:
+        with self._lock:
+            updater = self._updaters.get(key)
+            if updater is None or updater.uid != uid:
+                updater = JobUpdater(key=key, uid=uid)
+                self._updaters[key] = updater
+            return updater
+
+    def get(self, key: str) -> JobUpdater | None:
+        with self._lock:
+            return self._updaters.get(key)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._updaters.pop(key, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._updaters)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._updaters)

@@ -1,0 +1,298 @@
+"""The TorchrunJob controller on the real control plane; kwok decides how pods end."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from testbed import Cluster, wait_until
+
+from controller.cmd.main import App
+
+
+def make_queue(cluster: Cluster, outcome: str = "succeed", duration: str = "3s", **spec: Any) -> str:
+    name = f"q-{uuid.uuid4().hex[:6]}"
+    annotations = {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": duration}
+    annotations.update(spec.pop("annotations", {}))
+    body = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
+            "image": "pytorch/pytorch:2.4.0",
+            "podAnnotations": annotations,
+            **spec,
+        },
+    }
+    cluster.apply(body)
+    return name
+
+
+def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
+    body = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "metadata": {"name": name},
+        "spec": {
+            "jobQueue": queue,
+            "command": "python train.py --epochs 1",
+            "workspace": {"source": "none"},
+            **({"numNodes": 2} if "numGPUs" not in spec else {}),
+            **spec,
+        },
+    }
+    cluster.apply(body, ns)
+    return name
+
+
+def tj(cluster: Cluster, ns: str, name: str = "train") -> dict[str, Any]:
+    return cluster.get("torchrunjob", name, "-n", ns)
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
+
+
+def phase_is(cluster: Cluster, ns: str, phase: str, name: str = "train") -> dict[str, Any] | None:
+    obj = tj(cluster, ns, name)
+    return obj if (obj.get("status") or {}).get("phase") == phase else None
+
+
+def events_of(cluster: Cluster, ns: str, name: str = "train") -> list[str]:
+    items = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={name}")["items"]
+    return [e["reason"] for e in items]
+
+
+def test_two_node_job_runs_to_success(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(cluster, duration="4s")
+    app = start_controller()
+    make_job(cluster, namespace, queue)
+    running = wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running")
+    assert condition(running, "Admitted")["status"] == "True"
+    assert condition(running, "Running")["reason"] == "AllWorkersRunning"
+    assert running["status"]["nodes"] == 2 and running["status"]["gpus"] == 16
+
+    uid = running["metadata"]["uid"]
+    svc = cluster.get("service", "train", "-n", namespace)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"torchrun-job-name": "train", "torchrun.ai/role": "worker"}
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == uid
+
+    job = cluster.get("job", "train", "-n", namespace, "--show-managed-fields")
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert spec["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "train" and pod["restartPolicy"] == "Never"
+    c = pod["containers"][0]
+    assert c["command"] == ["torchrun"]
+    assert c["args"] == [
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--node-rank=$(PET_NODE_RANK)",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=train-0.train:29400",
+        f"--rdzv-id={uid}",
+        "--max-restarts=0",
+        "train.py",
+        "--epochs",
+        "1",
+    ]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["WORLD_SIZE"] == "16" and env["MASTER_ADDR"] == "train-0.train" and env["PET_NNODES"] == "2"
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "90", "memory": "900Gi"}
+    assert {v["name"]: v for v in pod["volumes"]}["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert job["metadata"]["labels"]["torchrun.ai/role"] == "worker"
+    assert any(m["manager"] == "torchrun-controller" for m in job["metadata"]["managedFields"])
+
+    pods = cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=train")["items"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2
+    assert {p["spec"]["hostname"] for p in pods} == {"train-0", "train-1"}
+
+    done = wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
+    assert condition(done, "Succeeded")["status"] == "True"
+    assert done["status"]["completionTime"] and done["status"]["startTime"]
+    assert done["status"]["observedGeneration"] == done["metadata"]["generation"]
+    app.recorder.flush()
+    reasons = wait_until(
+        lambda: (r := events_of(cluster, namespace)) and "Succeeded" in r and r, 10, message="events"
+    )
+    assert {"Admitted", "AllWorkersRunning", "Succeeded"} <= set(reasons)
+
+
+def test_retriable_failure_restarts_until_cap(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(
+        cluster, outcome="fail", duration="1s", annotations={"kwok.torchrun.ai/exit-code": "1"}
+    )
+    start_controller()
+    make_job(cluster, namespace, queue, failurePolicy={"maxRestarts": 2})
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 120, message="Failed after restarts")
+    assert failed["status"]["restarts"] == 2
+    assert condition(failed, "Failed")["reason"] == "RestartLimitExceeded"
+
+
+def test_restart_limit_flag_caps_restarts(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(cluster, outcome="fail", duration="1s")
+    start_controller("--restart-limit", "1")
+    make_job(cluster, namespace, queue, failurePolicy={"maxRestarts": 5})
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 120, message="Failed")
+    assert failed["status"]["restarts"] == 1
+
+
+def test_permanent_exit_code_fails_at_once(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(
+        cluster, outcome="fail", duration="1s", annotations={"kwok.torchrun.ai/exit-code": "2"}
+    )
+    start_controller()
+    make_job(cluster, namespace, queue, failurePolicy={"maxRestarts": 3, "permanentExitCodes": [2]})
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 60, message="Failed")
+    assert failed["status"]["restarts"] == 0
+    assert condition(failed, "Failed")["reason"] == "PermanentFailure"
+
+
+def test_suspend_and_resume(cluster: Cluster, namespace: str, start_controller: Callable[..., App]) -> None:
+    queue = make_queue(cluster, outcome="run")
+    start_controller()
+    make_job(cluster, namespace, queue)
+    wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running")
+    cluster.kubectl(
+        "patch", "torchrunjob", "train", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    suspended = wait_until(lambda: phase_is(cluster, namespace, "Suspended"), 60, message="Suspended")
+    assert condition(suspended, "Suspended")["status"] == "True"
+    wait_until(
+        lambda: not cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=train")["items"],
+        60,
+        message="pods gone while suspended",
+    )
+    assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
+    cluster.kubectl(
+        "patch", "torchrunjob", "train", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )
+    resumed = wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running again")
+    assert condition(resumed, "Suspended")["status"] == "False"
+
+
+def test_ttl_deletes_the_job_on_time(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(cluster, duration="1s")
+    start_controller()
+    make_job(cluster, namespace, queue, ttlSecondsAfterFinished=5)
+    done = wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
+    completed = time.time()
+    gone = wait_until(
+        lambda: cluster.kubectl("get", "torchrunjob", "train", "-n", namespace, check=False).returncode != 0,
+        30,
+        interval=0.1,
+        message="deleted by TTL",
+    )
+    assert gone
+    late = time.time() - completed
+    # completionTime has one-second precision; TTL is 5 s; allow 2 s for the write and the watch
+    assert late <= 5 + 2 + 1, f"deleted {late:.1f}s after completion"
+    assert done["status"]["completionTime"]
+
+
+def test_active_deadline_fails_with_deadline_exceeded(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(cluster, outcome="run")
+    start_controller()
+    make_job(cluster, namespace, queue, activeDeadlineSeconds=4)
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 30, message="Failed by deadline")
+    assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    wait_until(lambda: not cluster.get("jobs", "-n", namespace)["items"], 30, message="workers removed")
+
+
+def test_missing_queue_waits_then_starts(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    start_controller()
+    qname = f"q-{uuid.uuid4().hex[:6]}"
+    make_job(cluster, namespace, qname)
+    waiting = wait_until(
+        lambda: (o := tj(cluster, namespace)) and condition(o, "Admitted") and o,
+        30,
+        message="Admitted condition",
+    )
+    cond = condition(waiting, "Admitted")
+    assert (cond["status"], cond["reason"]) == ("False", "QueueNotFound")
+    assert qname in cond["message"]
+    assert waiting["status"]["phase"] == "Pending"
+    assert not cluster.get("jobs", "-n", namespace)["items"], "nothing is created before the queue exists"
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": qname},
+            "spec": {
+                "nodeResources": {"gpus": 8},
+                "image": "pytorch/pytorch:2.4.0",
+                "podAnnotations": {"kwok.torchrun.ai/outcome": "run"},
+            },
+        }
+    )
+    wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running once the queue exists")
+
+
+def test_invalid_num_gpus_does_not_block_others(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    queue = make_queue(cluster, outcome="run")
+    start_controller()
+    make_job(cluster, namespace, queue, name="bad", numGPUs=12)
+    make_job(cluster, namespace, queue, name="good")
+    bad = wait_until(
+        lambda: (o := tj(cluster, namespace, "bad")) and condition(o, "Admitted") and o,
+        30,
+        message="bad job condition",
+    )
+    cond = condition(bad, "Admitted")
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+    assert "spec.numGPUs" in cond["message"] and "12" in cond["message"]
+    wait_until(lambda: phase_is(cluster, namespace, "Running", "good"), 60, message="good job runs")
+    assert cluster.kubectl("get", "job", "bad", "-n", namespace, check=False).returncode != 0
+
+
+def test_gc_removes_orphans_and_autoclean_keeps_the_job(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    orphan = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "leftover", "labels": {"torchrun-job-name": "gone-long-ago"}},
+        "spec": {"clusterIP": "None", "ports": [{"port": 1}]},
+    }
+    cluster.apply(orphan, namespace)
+    queue = make_queue(cluster, duration="1s")
+    start_controller("--autoclean")
+    wait_until(
+        lambda: cluster.kubectl("get", "service", "leftover", "-n", namespace, check=False).returncode != 0,
+        30,
+        message="orphan Service collected",
+    )
+    make_job(cluster, namespace, queue)
+    wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
+    wait_until(
+        lambda: not cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=train")["items"],
+        60,
+        message="pods removed by --autoclean",
+    )
+    assert tj(cluster, namespace)["status"]["phase"] == "Succeeded"
