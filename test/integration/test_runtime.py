@@ -19,7 +19,7 @@ from controller.cache.informer import FuncHandler
 from controller.metrics.registry import ControllerMetrics
 from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
-from controller.rest import RESTClient
+from controller.rest import RESTClient, load_config
 from controller.rest.resources import CONFIGMAPS
 from controller.runtime import Controller, Result
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -220,8 +220,6 @@ class CountingReconciler:
 
 def test_metrics_endpoint_shows_workqueue_and_rest_series(cluster: Cluster, namespace: str) -> None:
     metrics = ControllerMetrics()
-    from controller.rest import load_config
-
     rest = RESTClient(load_config(str(cluster.kubeconfig)), metrics=metrics)
     queue: RateLimitingQueue[str] = RateLimitingQueue(
         default_controller_rate_limiter(),
@@ -236,7 +234,7 @@ def test_metrics_endpoint_shows_workqueue_and_rest_series(cluster: Cluster, name
         FuncHandler(add=lambda o, i: ctrl.enqueue(f"{namespace}/{o['metadata']['name']}"))
     )
     stop = threading.Event()
-    server = MetricsServer("127.0.0.1:0", metrics.registry, ready=lambda: informer.has_synced()).start()
+    server = MetricsServer("127.0.0.1:0", metrics.registry, ready=informer.has_synced).start()
     try:
         create_many(rest, namespace, [f"m-{i}" for i in range(5)])
         factory.start(stop)

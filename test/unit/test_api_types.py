@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from controller.api import (
     AccessMode,
@@ -25,6 +27,7 @@ from controller.api import (
     to_json,
 )
 from controller.api.fields import resolved_fields
+from controller.cache import freeze
 
 
 def queue(**spec: Any) -> dict[str, Any]:
@@ -229,14 +232,7 @@ def test_overridable_names_are_exactly_the_override_fields() -> None:
 
 def test_frozen_cache_objects_parse_like_raw_json() -> None:
     """The informer cache hands out FrozenDicts with tuples for lists; parsing must not care."""
-    import pathlib
-
-    import yaml
-
-    from controller.api import TorchrunJob, TorchrunQueue
-    from controller.cache import freeze
-
-    samples = pathlib.Path(__file__).resolve().parents[2] / "config" / "samples"
+    samples = Path(__file__).resolve().parents[2] / "config" / "samples"
     for path in sorted(samples.glob("*.yaml")):
         raw = yaml.safe_load(path.read_text())
         cls = TorchrunQueue if raw["kind"] == "TorchrunQueue" else TorchrunJob
