@@ -1,0 +1,199 @@
+"""Pure builders and status logic of the TorchrunJob controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.api import (
+    JobConditionType,
+    JobPhase,
+    TorchrunJob,
+    TorchrunQueue,
+    resolve_topology,
+    set_condition,
+)
+from controller.torchrunjob import status as st
+from controller.torchrunjob.builders import build_service, build_worker_job
+from controller.torchrunjob.launch import parse_command
+
+
+def queue(**spec: Any) -> TorchrunQueue:
+    base: dict[str, Any] = {"nodeResources": {"gpus": 8, "cpus": "96", "memory": "1Ti"}, "image": "img:1"}
+    base.update(spec)
+    return TorchrunQueue.from_json({"metadata": {"name": "q"}, "spec": base})
+
+
+def job(**spec: Any) -> TorchrunJob:
+    base: dict[str, Any] = {"jobQueue": "q", "numNodes": 2, "command": "python train.py"}
+    base.update(spec)
+    return TorchrunJob.from_json({"metadata": {"name": "j", "namespace": "ns", "uid": "u-1"}, "spec": base})
+
+
+def worker(j: TorchrunJob, q: TorchrunQueue, **kw: Any) -> dict[str, Any]:
+    return build_worker_job(
+        j, q, resolve_topology(j.spec, q.spec.node_resources), parse_command(j.spec.command), **kw
+    )
+
+
+def env_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def test_service_is_headless_and_owned() -> None:
+    svc = build_service(job())
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "name": "j",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert svc["metadata"]["labels"] == {"torchrun-job-name": "j", "torchrun.ai/role": "worker"}
+
+
+def test_worker_job_shape() -> None:
+    m = worker(job(), queue(storage={"shmSizePerGPU": "4Gi"}))
+    spec = m["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (2, 2, "Indexed")
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "j"
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    c = pod["containers"][0]
+    assert c["resources"]["requests"] == {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}
+    assert c["securityContext"]["runAsNonRoot"] is True
+    env = env_of(m)
+    assert env["WORLD_SIZE"] == "16" and env["PET_NPROC_PER_NODE"] == "8"
+    assert env["PET_NODE_RANK"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+    }
+    assert m["metadata"]["annotations"]["torchrun.ai/restart"] == "0"
+
+
+def test_num_gpus_that_fit_one_node_request_only_those() -> None:
+    m = worker(job(numNodes=None, numGPUs=4), queue())
+    c = m["spec"]["template"]["spec"]["containers"][0]
+    assert m["spec"]["completions"] == 1
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert "--nproc-per-node=4" in c["args"] and "--nnodes=1" in c["args"]
+
+
+def test_elastic_job_runs_min_to_max() -> None:
+    m = worker(job(numNodes=2, elastic={"minNodes": 1, "maxNodes": 4}), queue())
+    assert (m["spec"]["completions"], m["spec"]["parallelism"]) == (4, 2)
+    assert "--nnodes=1:4" in m["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_failure_policy_maps_to_pod_failure_policy() -> None:
+    m = worker(
+        job(
+            failurePolicy={"backoffLimitPerNode": 2, "permanentExitCodes": [2, 1], "retriableExitCodes": [75]}
+        ),
+        queue(),
+    )
+    spec = m["spec"]
+    assert spec["backoffLimitPerIndex"] == 2 and spec["maxFailedIndexes"] == 0
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "Ignore" and rules[0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    assert rules[1] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "torchrun", "operator": "In", "values": [1, 2]},
+    }
+    assert rules[2]["action"] == "Ignore" and rules[2]["onExitCodes"]["values"] == [75]
+
+
+def test_overrides_apply_only_when_the_queue_allows_them() -> None:
+    j = job(overrides={"image": "mine:2", "env": [{"name": "A", "value": "1"}], "nodeSelector": {"x": "y"}})
+    closed = worker(j, queue(env=[{"name": "A", "value": "queue"}]))
+    pod = closed["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "img:1" and env_of(closed)["A"] == "queue"
+    assert "nodeSelector" not in pod
+    opened = worker(
+        j, queue(env=[{"name": "A", "value": "queue"}], allowOverrides=["image", "env", "nodeSelector"])
+    )
+    pod = opened["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "mine:2" and env_of(opened)["A"] == "1"
+    assert pod["nodeSelector"] == {"x": "y"}
+
+
+def test_command_env_and_etcd_rendezvous() -> None:
+    j = job(
+        command="WANDB_MODE=offline python -u -m pkg.train",
+        distributed={"rdzvBackend": "etcd-v2", "rdzvEndpoint": "etcd.infra:2379"},
+    )
+    m = worker(j, queue())
+    args = m["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--rdzv-backend=etcd-v2" in args and "--rdzv-endpoint=etcd.infra:2379" in args
+    assert args[-2:] == ["-m", "pkg.train"]
+    env = env_of(m)
+    assert env["WANDB_MODE"] == "offline" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["PET_RDZV_ENDPOINT"] == "etcd.infra:2379"
+
+
+def test_pod_labels_and_annotations_from_the_queue() -> None:
+    m = worker(
+        job(),
+        queue(
+            podLabels={"team": "nlp", "torchrun-job-name": "spoof"},
+            podAnnotations={"sidecar.istio.io/inject": "false"},
+        ),
+    )
+    meta = m["spec"]["template"]["metadata"]
+    assert meta["labels"]["team"] == "nlp" and meta["labels"]["torchrun-job-name"] == "j"
+    assert meta["annotations"] == {"sidecar.istio.io/inject": "false"}
+
+
+def test_phase_follows_conditions_in_precedence_order() -> None:
+    now = st.now()
+    conds = set_condition((), JobConditionType.RUNNING, True, "AllWorkersRunning", "", 1, now)
+    assert st.phase_of(conds) == JobPhase.RUNNING
+    conds = set_condition(conds, JobConditionType.SUSPENDED, True, "Suspended", "", 1, now)
+    assert st.phase_of(conds) == JobPhase.SUSPENDED
+    conds = set_condition(conds, JobConditionType.FAILED, True, "DeadlineExceeded", "", 1, now)
+    assert st.phase_of(conds) == JobPhase.FAILED
+    syncing = set_condition((), JobConditionType.WORKSPACE_READY, False, "Syncing", "", 1, now)
+    assert st.phase_of(syncing) == JobPhase.SYNCING
+    assert st.phase_of(()) == JobPhase.PENDING
+
+
+def test_worker_outcome_and_unschedulable_reason() -> None:
+    failed = {
+        "status": {
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit 2"}
+            ]
+        }
+    }
+    outcome = st.worker_outcome(failed)
+    assert outcome is not None and outcome.permanent and not outcome.succeeded
+    backoff = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "FailedIndexes"}]}}
+    assert st.worker_outcome(backoff) is not None and not st.worker_outcome(backoff).permanent  # type: ignore[union-attr]
+    done = {
+        "status": {
+            "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy"}]
+        }
+    }
+    assert st.worker_outcome(done) == st.Outcome(True, "SuccessPolicy", "")
+    assert st.worker_outcome({"status": {"active": 2}}) is None
+    pods = [
+        {
+            "metadata": {"name": "j-0"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/4 nodes",
+                    }
+                ]
+            },
+        }
+    ]
+    assert st.unschedulable(pods) == "pod j-0: 0/4 nodes"
+    assert st.worker_counts({"status": {"active": 2, "ready": 1}}).ready == 1
