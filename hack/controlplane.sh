@@ -10,7 +10,7 @@
 #
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
-# TORCHRUN_NODE_MEMORY (1Ti).
+# TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110).
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
 
@@ -192,7 +192,7 @@ status:
   capacity:
     cpu: \"$NODE_CPUS\"
     memory: $NODE_MEMORY
-    pods: \"110\"
+    pods: \"${TORCHRUN_NODE_PODS:-110}\"
     ephemeral-storage: 1Ti
     nvidia.com/gpu: \"$NODE_GPUS\"
 "
