@@ -37,6 +37,7 @@ from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.builders import JOB_LABEL
 from controller.torchrunjob.controller import Options, TorchrunJobReconciler
+from controller.torchrunjob.metrics import JobsCollector
 from controller.torchrunqueue.controller import QUEUE_INDEX, TorchrunQueueReconciler, job_queue_index
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 
@@ -121,6 +122,7 @@ class App:
             interval=opts.gc_interval,
             metrics=metrics,
         )
+        metrics.registry.register(JobsCollector(f.lister_for(TORCHRUNJOBS)))
         self._wire()
         self.synced = threading.Event()
 

@@ -90,8 +90,7 @@ class ControllerMetrics:
         self.gc_deletions = Counter(
             "torchrun_gc_deletions", "Orphans deleted by the garbage collector.", ["resource"], registry=r
         )
-        # jobs
-        self.jobs = Gauge("torchrun_jobs", "TorchrunJobs by phase and queue.", ["phase", "queue"], registry=r)
+        # jobs (torchrun_jobs by phase and queue is collected from the cache: torchrunjob/metrics.py)
         self.submit_to_running = Histogram(
             "torchrun_job_submit_to_running_seconds",
             "Time from a job's creation to all its workers running.",

@@ -73,6 +73,10 @@ _WARNING_REASONS = frozenset(
 )
 
 
+# transitions too routine to be worth an Event (they stay visible in the conditions)
+_QUIET_REASONS = frozenset({"NoWorkspace", "WorkersStarting", "Completed"})
+
+
 @dataclasses.dataclass
 class Options:
     autoclean: bool = False
@@ -270,7 +274,7 @@ class _Pass:
             warn = cond.reason in _WARNING_REASONS or (
                 cond.type == C.FAILED and cond.status is ConditionStatus.TRUE
             )
-            if cond.status is ConditionStatus.TRUE or warn:
+            if (cond.status is ConditionStatus.TRUE or warn) and cond.reason not in _QUIET_REASONS:
                 self.r.recorder.event(self.raw, WARNING if warn else NORMAL, cond.reason, cond.message)
         log.info("reconciled", key=self.job.key, phase=self.status.phase.value, restarts=self.status.restarts)
         timers = [t for t in self.timers if t is not None]

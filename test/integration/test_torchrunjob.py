@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import generate_latest
 from testbed import Cluster, wait_until
 
 from controller.cmd.main import App
@@ -128,6 +129,9 @@ def test_two_node_job_runs_to_success(
         lambda: (r := events_of(cluster, namespace)) and "Succeeded" in r and r, 10, message="events"
     )
     assert {"Admitted", "AllWorkersRunning", "Succeeded"} <= set(reasons)
+    scraped = generate_latest(app.metrics.registry).decode()
+    assert f'torchrun_jobs{{phase="Succeeded",queue="{queue}"}} 1.0' in scraped
+    assert "torchrun_job_submit_to_running_seconds_count 1.0" in scraped
 
 
 def test_retriable_failure_restarts_until_cap(

@@ -1,0 +1,29 @@
+"""`torchrun_jobs{phase,queue}`: TorchrunJobs by phase and queue, counted from the informer cache
+at scrape time — always current, and no bookkeeping on the reconcile path."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from controller.cache import Lister
+
+
+class JobsCollector(Collector):
+    def __init__(self, jobs: Lister) -> None:
+        self.jobs = jobs
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "torchrun_jobs", "TorchrunJobs by phase and queue.", labels=["phase", "queue"]
+        )
+        counts: Counter[tuple[str, str]] = Counter()
+        for job in self.jobs.list():
+            phase = (job.get("status") or {}).get("phase") or "Pending"
+            counts[(phase, (job.get("spec") or {}).get("jobQueue") or "")] += 1
+        for (phase, queue), n in sorted(counts.items()):
+            family.add_metric([phase, queue], n)
+        yield family
