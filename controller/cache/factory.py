@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from controller.cache.informer import SharedIndexInformer, Transform, strip_managed_fields
+from controller.cache.informer import SharedIndexInformer, Transform
 from controller.cache.lister import Lister
 from controller.cache.store import IndexFunc
+from controller.cache.transforms import strip_managed_fields
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.resources import Resource

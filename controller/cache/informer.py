@@ -22,6 +22,7 @@ import structlog
 from controller.cache.frozen import freeze
 from controller.cache.reflector import Reflector
 from controller.cache.store import Indexer, IndexFunc
+from controller.cache.transforms import strip_managed_fields
 from controller.clock import REAL_CLOCK, Clock
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
@@ -66,17 +67,6 @@ class FuncHandler:
     def on_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         if self.delete:
             self.delete(obj)
-
-
-def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
-    """The default transform: managedFields are often half an object and no controller reads them."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
-    return obj
 
 
 _STOP = object()

@@ -24,6 +24,7 @@ from controller import log as logconf
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.cache import DeletedFinalStateUnknown, SharedInformerFactory
 from controller.cache.informer import FuncHandler
+from controller.cache.transforms import slim_pod
 from controller.cmd.options import ControllerOptions, parse
 from controller.gc import GarbageCollector
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
@@ -79,6 +80,8 @@ class App:
         owned = f"{JOB_LABEL}"
         self.jobs_informer = f.informer_for(TORCHRUNJOBS, indexers={QUEUE_INDEX: job_queue_index})
         self.queues_informer = f.informer_for(TORCHRUNQUEUES)
+        # pods are the biggest cache: keep only what the controllers read (cache/transforms.py)
+        f.informer_for(PODS, label_selector=owned, transform=slim_pod)
         self.owned = {res: f.informer_for(res, label_selector=owned) for res in (JOBS, SERVICES, PODS, PVCS)}
         provider = PrometheusWorkqueueMetricsProvider(metrics.registry)
         self.recorder = EventRecorder(self.client)

@@ -8,6 +8,7 @@ runs them and they carry realistic status.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import subprocess
@@ -15,11 +16,12 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from common import control_plane, rss_kib, table
 
 from controller.cache import SharedInformerFactory
-from controller.cache.informer import strip_managed_fields
+from controller.cache.transforms import slim_pod, strip_managed_fields
 from controller.rest import RESTClient, load_config
 from controller.rest.resources import NAMESPACES, PODS
 
@@ -47,41 +49,68 @@ def create_pods(rest: RESTClient, count: int) -> None:
         list(pool.map(one, range(count)))
 
 
-def measure(kubeconfig: str, transform: bool) -> dict[str, float]:
+TRANSFORMS = {"none": None, "strip-managed-fields": strip_managed_fields, "slim-pod": slim_pod}
+
+
+def _trim() -> None:
+    """Collect garbage and give freed heap back to the OS, so RSS counts live objects only."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def deep_size(objs: list[Any]) -> int:
+    """Bytes of every distinct object reachable from `objs` (shared, interned strings count once)."""
+    seen: set[int] = set()
+    stack: list[Any] = list(objs)
+    total = 0
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        total += sys.getsizeof(o)
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list | tuple):
+            stack.extend(o)
+    return total
+
+
+def measure(kubeconfig: str, transform: str) -> dict[str, float]:
     """Run in a fresh interpreter so RSS readings are not polluted by earlier runs."""
-    gc.collect()
     rest = RESTClient(load_config(kubeconfig), qps=1000, burst=1000)
-    factory = SharedInformerFactory(
-        rest, namespace=NAMESPACE, transform=strip_managed_fields if transform else None
-    )
+    factory = SharedInformerFactory(rest, namespace=NAMESPACE, transform=TRANSFORMS[transform])
     informer = factory.informer_for(PODS)
-    gc.collect()
+    _trim()
     before = rss_kib()
     stop = threading.Event()
     started = time.perf_counter()
     factory.start(stop)
     factory.wait_for_cache_sync(600)
     seconds = time.perf_counter() - started
-    gc.collect()
+    _trim()
     after = rss_kib()
-    n = len(informer.list())
+    cached = informer.list()
+    n = len(cached)
     stop.set()
     return {
         "pods": n,
         "seconds": seconds,
         "kib_total": after - before,
         "bytes_per_pod": (after - before) * 1024 / n,
+        "live_per_pod": deep_size(cached) / n,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, default=10000)
-    ap.add_argument("--measure", choices=["transform", "raw"])
+    ap.add_argument("--measure", choices=sorted(TRANSFORMS))
     ap.add_argument("--kubeconfig")
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.kubeconfig, args.measure == "transform")))
+        print(json.dumps(measure(args.kubeconfig, args.measure)))
         return
     with control_plane() as kubeconfig:
         rest = RESTClient(load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32)
@@ -90,7 +119,7 @@ def main() -> None:
         print(f"created {args.pods} pods in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         time.sleep(5)  # let kwok finish writing pod status
         rows = []
-        for mode in ("transform", "raw"):
+        for mode in ("none", "strip-managed-fields", "slim-pod"):
             out = subprocess.run(
                 [sys.executable, __file__, "--measure", mode, "--kubeconfig", str(kubeconfig)],
                 check=True,
@@ -105,9 +134,14 @@ def main() -> None:
                     f"{r['seconds']:.2f}",
                     int(r["kib_total"]),
                     f"{r['bytes_per_pod']:.0f}",
+                    f"{r['live_per_pod']:.0f}",
                 ]
             )
-    print(table(["cache", "pods", "sync seconds", "RSS added KiB", "bytes/pod"], rows))
+    print(
+        table(
+            ["transform", "pods", "sync seconds", "RSS added KiB", "RSS bytes/pod", "cached bytes/pod"], rows
+        )
+    )
 
 
 if __name__ == "__main__":

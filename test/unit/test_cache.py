@@ -12,8 +12,9 @@ from kubernetes import client as k8s_client
 from testbed import wait_until
 
 from controller.cache import DeletedFinalStateUnknown, FrozenDict, Indexer, freeze, thaw
-from controller.cache.informer import FuncHandler, SharedIndexInformer, strip_managed_fields
+from controller.cache.informer import FuncHandler, SharedIndexInformer
 from controller.cache.store import OWNER_INDEX, controller_owner_index, split_key
+from controller.cache.transforms import slim_pod, strip_managed_fields
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.resources import PODS
@@ -202,3 +203,47 @@ class TestInformerEvents:
         out = strip_managed_fields(obj)
         assert "managedFields" not in out["metadata"]
         assert out["metadata"]["annotations"] == {"keep": "1"}
+
+
+def test_slim_pod_keeps_what_controllers_read() -> None:
+    raw = pod("a", owner="j")
+    raw["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "1", "big": "x" * 1000}
+    raw["spec"] = {"nodeName": "n1", "containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}
+    raw["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "m",
+                "lastProbeTime": None,
+            }
+        ],
+        "containerStatuses": [
+            {
+                "name": "c",
+                "ready": False,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "x",
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }
+        ],
+    }
+    slim = slim_pod(raw)
+    assert slim["metadata"]["ownerReferences"] == raw["metadata"]["ownerReferences"]
+    assert slim["metadata"]["annotations"] == {"batch.kubernetes.io/job-completion-index": "1"}
+    assert "managedFields" not in slim["metadata"]
+    assert slim["spec"] == {"nodeName": "n1"}
+    assert slim["status"]["conditions"] == [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    ]
+    assert slim["status"]["containerStatuses"] == [
+        {
+            "name": "c",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        }
+    ]
