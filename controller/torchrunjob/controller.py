@@ -53,6 +53,7 @@ from controller.torchrunjob.builders import (
     build_worker_job,
 )
 from controller.torchrunjob.launch import LaunchError, ParsedCommand, parse_command
+from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.scheduling import creates_suspended
 from controller.torchrunjob.updater import JobTracker, JobUpdater
 
@@ -104,6 +105,7 @@ class TorchrunJobReconciler:
         recorder: EventRecorder,
         options: Options | None = None,
         metrics: ControllerMetrics | None = None,
+        pod_groups: PodGroups | None = None,
     ) -> None:
         self.client = client
         self.jobs = jobs
@@ -115,6 +117,7 @@ class TorchrunJobReconciler:
         self.options = options or Options()
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
+        self.pod_groups = pod_groups or PodGroups(client, worker_jobs=worker_jobs)
 
     # -- entry point ---------------------------------------------------------------------------
 
@@ -276,7 +279,8 @@ class _Pass:
             )
             if (cond.status is ConditionStatus.TRUE or warn) and cond.reason not in _QUIET_REASONS:
                 self.r.recorder.event(self.raw, WARNING if warn else NORMAL, cond.reason, cond.message)
-        log.info("reconciled", key=self.job.key, phase=self.status.phase.value, restarts=self.status.restarts)
+        if new != thaw(self.raw.get("status") or {}):
+            log.info("status", key=self.job.key, phase=self.status.phase.value, restarts=self.status.restarts)
         timers = [t for t in self.timers if t is not None]
         return Result(requeue_after=min(timers)) if timers else None
 
@@ -291,6 +295,7 @@ class _Pass:
                 self.deadline()
                 self.workspace(queue)
                 self.r._ensure_service(self.job)
+                self.r.pod_groups.ensure(self.job, queue, topo)
                 self.workers(queue, topo, parsed)
         except _Stop as stop:
             if stop.requeue_after is not None:
@@ -457,15 +462,16 @@ class _Pass:
                 f"a worker exited with a permanent exit code: {outcome.message}",
             )
         elif self.status.restarts < limit:
+            # count first, delete next pass: the Job's restart annotation no longer matches the
+            # count, so `workers()` removes it — a crash in between cannot lose the restart
             self.set(restarts=self.status.restarts + 1)
-            self.r._delete_workers(self.job)
             self.cond(
                 C.RUNNING,
                 False,
                 "Restarting",
                 f"restart {self.status.restarts} of {limit} after: {outcome.reason}: {outcome.message}",
             )
-            raise _Stop(requeue_after=1.0)
+            raise _Stop(requeue_after=0.0)
         else:
             reason = "RestartLimitExceeded" if limit else "WorkersFailed"
             self.cond(C.RUNNING, False, "Failed", outcome.message)
