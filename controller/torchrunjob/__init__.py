@@ -1,0 +1,2 @@
+"""The TorchrunJob controller: launch building, pure manifest builders, status logic, the
+reconciler and its per-job updaters."""
