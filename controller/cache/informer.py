@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from controller.cache.frozen import freeze
+from controller.cache.frozen import FrozenDict, freeze
 from controller.cache.reflector import Reflector
 from controller.cache.store import Indexer, IndexFunc
 from controller.cache.transforms import strip_managed_fields
@@ -170,6 +170,7 @@ class SharedIndexInformer:
             label_selector=label_selector,
             metrics=self.metrics,
             page_size=page_size,
+            prepare=self._prepare,
         )
 
     # -- registration -------------------------------------------------------------------------
@@ -196,8 +197,9 @@ class SharedIndexInformer:
         frozen: Obj = freeze(obj)
         return frozen
 
-    def replace(self, objs: list[dict[str, Any]], resource_version: str) -> None:
-        new = [self._prepare(o) for o in objs]
+    def replace(self, objs: list[Any], resource_version: str) -> None:
+        """A full list; the reflector has already prepared (transformed, frozen) each item."""
+        new: list[Obj] = [o if isinstance(o, FrozenDict) else self._prepare(o) for o in objs]
         with self._lock:
             old = self.indexer.replace(new)
             if not self._synced.is_set():

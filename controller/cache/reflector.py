@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -36,7 +36,7 @@ _SHORT_WATCH = 1.0  # seconds: a watch closing this fast with no event is an err
 
 
 class ReflectorSink(Protocol):
-    def replace(self, objs: list[dict[str, Any]], resource_version: str) -> None: ...
+    def replace(self, objs: list[Any], resource_version: str) -> None: ...
     def add(self, obj: dict[str, Any]) -> None: ...
     def update(self, obj: dict[str, Any]) -> None: ...
     def delete(self, obj: dict[str, Any]) -> None: ...
@@ -60,6 +60,7 @@ class Reflector:
         min_watch_timeout: int = 300,
         metrics: ControllerMetrics | None = None,
         backoff: Backoff | None = None,
+        prepare: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -71,6 +72,9 @@ class Reflector:
         self.min_watch_timeout = min_watch_timeout
         self.metrics = metrics or client.metrics
         self.backoff = backoff or Backoff()
+        # applied to each listed item as its page arrives, so a big list never holds every raw
+        # object at once (the informer passes its transform-and-freeze step)
+        self.prepare = prepare
         self.last_sync_resource_version = ""
         self._watch: WatchStream | None = None
         self._lock = threading.Lock()
@@ -93,8 +97,10 @@ class Reflector:
                         limit=self.page_size,
                         continue_token=token,
                     )
-                    items.extend(page.get("items") or [])
                     meta = page.get("metadata") or {}
+                    raw = page.pop("items", None) or []
+                    items.extend(map(self.prepare, raw) if self.prepare else raw)
+                    del page, raw
                     token = meta.get("continue") or None
                     if not token:
                         break
