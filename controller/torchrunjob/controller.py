@@ -70,6 +70,7 @@ _WARNING_REASONS = frozenset(
         "Restarting",
         "WorkspaceUnsupported",
         "JobConflict",
+        "ManagedEtcdUnsupported",
     }
 )
 
@@ -328,6 +329,15 @@ class _Pass:
         except LaunchError as exc:
             self.cond(C.ADMITTED, False, "InvalidCommand", str(exc))
             raise _Stop from exc
+        if self.job.spec.distributed.managed_etcd:
+            self.cond(
+                C.ADMITTED,
+                False,
+                "ManagedEtcdUnsupported",
+                "spec.distributed.managedEtcd: this controller version does not run an etcd for the job "
+                "yet; give rdzvEndpoint (an etcd serving the v2 API) or use rdzvBackend c10d",
+            )
+            raise _Stop
         topo = resolve_topology(self.job.spec, queue.spec.node_resources)
         self.cond(
             C.ADMITTED,

@@ -274,6 +274,17 @@ def test_invalid_num_gpus_does_not_block_others(
     wait_until(lambda: phase_is(cluster, namespace, "Running", "good"), 60, message="good job runs")
     assert cluster.kubectl("get", "job", "bad", "-n", namespace, check=False).returncode != 0
 
+    make_job(
+        cluster, namespace, queue, name="etcd", distributed={"rdzvBackend": "etcd-v2", "managedEtcd": True}
+    )
+    etcd = wait_until(
+        lambda: (o := tj(cluster, namespace, "etcd")) and condition(o, "Admitted") and o,
+        30,
+        message="managed etcd condition",
+    )
+    assert condition(etcd, "Admitted")["reason"] == "ManagedEtcdUnsupported"
+    assert "spec.distributed.managedEtcd" in condition(etcd, "Admitted")["message"]
+
 
 def test_gc_removes_orphans_and_autoclean_keeps_the_job(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
