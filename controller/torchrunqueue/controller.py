@@ -1,10 +1,23 @@
 """The TorchrunQueue reconciler: is this template usable, and how many jobs use it?
 
-`Ready` is True only when the spec parses and passes `validate_queue`, the storage classes it
-names exist, and its scheduler's API is served by the cluster (KAI, Kueue, scheduler-plugins or
-Volcano CRDs). Otherwise `Ready=False` with a CamelCase reason and a message naming the field;
-jobs of the queue wait (their controller reads this condition) and start once it turns True —
-queue events re-enqueue them. `status.jobs` counts the queue's jobs by phase, from the cache.
+`Ready` is True only when every check passes, in this order, the first failure giving the
+reason (CamelCase) and a message that names the field:
+  * `InvalidSpec` — the spec does not parse (a bad quantity, an unknown scheduler, a bad
+    `allowOverrides` entry) or fails `validate_queue` (e.g. /dev/shm does not fit in memory);
+  * `StorageClassNotFound` — a storage class it names does not exist;
+  * `SchedulerNotInstalled` — the cluster does not serve the scheduler's API (KAI's Queue and
+    PodGroup, Kueue, scheduler-plugins or Volcano PodGroups);
+  * kai-scheduler only: `ParentQueueNotFound` — `parentKaiQueue` names no KAI Queue; or the KAI
+    Queue was rejected (`KaiQueueRejected`).
+For kai-scheduler the controller also keeps the KAI Queue in sync (`kaiqueue.py`) and reports it
+in `KaiQueueReady`; the condition is removed when the queue stops using KAI, and the KAI Queues
+it owned are deleted. Jobs of a queue that is not Ready wait (their controller reads `Ready`)
+and start once it turns True: queue events re-enqueue them, and a queue that is not Ready is
+looked at again every `recheck_after` seconds, since what it waits for (a CRD, a storage class,
+a parent KAI Queue) is not watched. A queue whose scheduler does not gang-schedule never falls
+back to another scheduler: a gang silently run pod by pod is worse than a clear wait.
+`status.jobs` counts the queue's jobs by phase, from the cache; `observedGeneration` is the
+generation the conditions describe. Status is written only when it changed.
 """
 
 from __future__ import annotations
@@ -17,12 +30,15 @@ from typing import Any
 import structlog
 
 from controller.api import (
+    Condition,
     InvalidObjectError,
     QueueConditionType,
     QueueJobCounts,
     Scheduler,
     TorchrunQueue,
     TorchrunQueueStatus,
+    find_condition,
+    remove_condition,
     set_condition,
     to_json,
     validate_queue,
@@ -35,19 +51,29 @@ from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
 from controller.runtime import Result
 from controller.torchrunqueue.discovery import Discovery
+from controller.torchrunqueue.kaiqueue import KAI_PODGROUPS_VERSION, KAI_QUEUES, ConditionState, KaiQueues
 
 log = structlog.get_logger("torchrunqueue")
 
 QUEUE_INDEX = "queue"
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
+RECHECK_AFTER = 10.0
 
-# the API each scheduler must serve, and what to install when it does not
-SCHEDULER_APIS: dict[Scheduler, tuple[str, str]] = {
-    Scheduler.KAI: ("scheduling.run.ai/v2", "KAI-Scheduler"),
-    Scheduler.KUEUE: ("kueue.x-k8s.io/v1beta1", "Kueue"),
-    Scheduler.COSCHEDULING: ("scheduling.x-k8s.io/v1alpha1", "scheduler-plugins (coscheduling)"),
-    Scheduler.VOLCANO: ("scheduling.volcano.sh/v1beta1", "Volcano"),
+# the APIs each scheduler must serve, and what to install when it does not
+SCHEDULER_APIS: dict[Scheduler, tuple[tuple[str, ...], str]] = {
+    Scheduler.KAI: ((KAI_QUEUES.api_version, KAI_PODGROUPS_VERSION), "KAI-Scheduler"),
+    Scheduler.KUEUE: (("kueue.x-k8s.io/v1beta1",), "Kueue"),
+    Scheduler.COSCHEDULING: (("scheduling.x-k8s.io/v1alpha1",), "scheduler-plugins (coscheduling)"),
+    Scheduler.VOLCANO: (("scheduling.volcano.sh/v1beta1",), "Volcano"),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of the checks: `Ready`, and `KaiQueueReady` for kai-scheduler queues."""
+
+    ready: ConditionState
+    kai: ConditionState | None = None
 
 
 def job_queue_index(obj: Mapping[str, Any]) -> list[str]:
@@ -60,50 +86,107 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 
 
+def _not_ready(reason: str, message: str, kai: ConditionState | None = None) -> Verdict:
+    return Verdict(ConditionState(False, reason, message), kai)
+
+
 class TorchrunQueueReconciler:
     def __init__(
-        self, client: RESTClient, *, queues: Lister, jobs: Lister, discovery: Discovery | None = None
+        self,
+        client: RESTClient,
+        *,
+        queues: Lister,
+        jobs: Lister,
+        discovery: Discovery | None = None,
+        recheck_after: float = RECHECK_AFTER,
     ):
         self.client = client
         self.queues = queues
         self.jobs = jobs
         self.discovery = discovery or Discovery(client)
+        self.kai_queues = KaiQueues(client)
+        self.recheck_after = recheck_after
 
     def reconcile(self, key: str) -> Result | None:
         raw = self.queues.get(key)
         if raw is None:
-            return None
+            return None  # its KAI Queue goes with it (owner reference)
         try:
             queue = TorchrunQueue.from_json(raw)
         except InvalidObjectError as exc:
-            self._write_conditions(raw, TorchrunQueueStatus(), False, "InvalidSpec", str(exc))
-            return None
-        ready, reason, message = self._check(queue)
+            self._write(raw, TorchrunQueueStatus(), _not_ready("InvalidSpec", str(exc)))
+            return None  # the spec must change first, and that is an event
+        verdict = self._check(queue)
         status = dataclasses.replace(queue.status, jobs=self._counts(queue.name))
-        self._write_conditions(raw, status, ready, reason, message)
-        # scheduler APIs may get installed later: look again in a while
-        return None if ready else Result(requeue_after=30.0)
+        self._write(raw, status, verdict)
+        return None if verdict.ready.ready else Result(requeue_after=self.recheck_after)
 
-    def _check(self, queue: TorchrunQueue) -> tuple[bool, str, str]:
+    # -- checks, in order ------------------------------------------------------------------------
+
+    def _check(self, queue: TorchrunQueue) -> Verdict:
         errors = validate_queue(queue)
         if errors:
-            return False, "InvalidSpec", "; ".join(str(e) for e in errors)
+            return _not_ready("InvalidSpec", "; ".join(str(e) for e in errors))
+        missing_sc = self._missing_storage_class(queue)
+        if missing_sc:
+            return _not_ready("StorageClassNotFound", missing_sc)
+        scheduler = queue.spec.scheduling.scheduler
+        if scheduler != Scheduler.KAI:
+            self._forget_kai(queue)
+        missing_api = self._missing_api(scheduler)
+        if missing_api:
+            kai = (
+                ConditionState(False, "KaiNotInstalled", missing_api) if scheduler == Scheduler.KAI else None
+            )
+            return _not_ready("SchedulerNotInstalled", missing_api, kai)
+        if scheduler == Scheduler.KAI:
+            return self._check_kai(queue)
+        return Verdict(ConditionState(True, "Ready", _ready_message(queue)))
+
+    def _missing_storage_class(self, queue: TorchrunQueue) -> str | None:
         storage = queue.spec.storage
         for path, sc in (
             ("spec.storage.workspace.storageClassName", storage.workspace.storage_class_name),
             ("spec.storage.checkpoints.storageClassName", storage.checkpoints.storage_class_name),
         ):
             if sc and not self._exists(STORAGE_CLASSES, sc):
-                return False, "StorageClassNotFound", f"{path}: StorageClass {sc} does not exist"
-        needed = SCHEDULER_APIS.get(queue.spec.scheduling.scheduler)
-        if needed and not self.discovery.served(needed[0]):
-            return (
-                False,
-                "SchedulerNotInstalled",
-                f"spec.scheduling.scheduler: {queue.spec.scheduling.scheduler.value} needs {needed[1]}, "
-                f"but the cluster does not serve {needed[0]}",
+                return f"{path}: StorageClass {sc} does not exist"
+        return None
+
+    def _missing_api(self, scheduler: Scheduler) -> str | None:
+        needed = SCHEDULER_APIS.get(scheduler)
+        if needed is None:
+            return None
+        versions, product = needed
+        absent = [gv for gv in versions if not self.discovery.served(gv)]
+        if not absent:
+            return None
+        return (
+            f"spec.scheduling.scheduler: {scheduler.value} needs {product}, but the cluster does not "
+            f"serve {', '.join(absent)}; jobs of this queue wait until it does"
+        )
+
+    def _check_kai(self, queue: TorchrunQueue) -> Verdict:
+        parent = queue.spec.parent_kai_queue
+        if parent and self.kai_queues.get(parent) is None:
+            message = (
+                f"spec.parentKaiQueue: KAI Queue {parent} does not exist; create it (or fix the name) "
+                "and the queue becomes Ready"
             )
-        return True, "Ready", f"jobs run on nodes of {queue.spec.node_resources.gpus} GPU(s)"
+            return _not_ready(
+                "ParentQueueNotFound", message, ConditionState(False, "ParentQueueNotFound", message)
+            )
+        kai = self.kai_queues.sync(queue)
+        self.kai_queues.prune(queue, keep=queue.kai_queue_name)
+        if not kai.ready:
+            return _not_ready(kai.reason, kai.message, kai)
+        return Verdict(ConditionState(True, "Ready", f"{_ready_message(queue)}; {kai.message}"), kai)
+
+    def _forget_kai(self, queue: TorchrunQueue) -> None:
+        """A queue that no longer uses KAI deletes the KAI Queues it made."""
+        had_kai = find_condition(queue.status.conditions, QueueConditionType.KAI_QUEUE_READY) is not None
+        if had_kai and self.discovery.served(KAI_QUEUES.api_version):
+            self.kai_queues.prune(queue, keep=None)
 
     def _exists(self, resource: Resource, name: str) -> bool:
         try:
@@ -125,13 +208,11 @@ class TorchrunQueueReconciler:
             **{k: v for k, v in counts.items() if k in fields and k != "total"}, total=len(jobs)
         )
 
-    def _write_conditions(
-        self, raw: Mapping[str, Any], status: TorchrunQueueStatus, ready: bool, reason: str, message: str
-    ) -> None:
+    # -- status ----------------------------------------------------------------------------------
+
+    def _write(self, raw: Mapping[str, Any], status: TorchrunQueueStatus, verdict: Verdict) -> None:
         generation = int(raw["metadata"].get("generation") or 0)
-        conds = set_condition(
-            status.conditions, QueueConditionType.READY, ready, reason, message, generation, _now()
-        )
+        conds = _conditions(status.conditions, verdict, generation, _now())
         status = dataclasses.replace(status, conditions=conds, observed_generation=generation)
         new = to_json(status)
         if new == thaw(raw.get("status") or {}):  # the cache holds tuples, to_json lists
@@ -145,4 +226,27 @@ class TorchrunQueueReconciler:
                 raise TransientError("status conflict", requeue_after=0.0) from exc
             if not exc.not_found:
                 raise
-        log.info("queue status", queue=raw["metadata"]["name"], ready=ready, reason=reason)
+        log.info(
+            "queue status",
+            queue=raw["metadata"]["name"],
+            ready=verdict.ready.ready,
+            reason=verdict.ready.reason,
+            kai_queue=verdict.kai.reason if verdict.kai else None,
+        )
+
+
+def _conditions(
+    current: tuple[Condition, ...], verdict: Verdict, generation: int, now: datetime
+) -> tuple[Condition, ...]:
+    r = verdict.ready
+    conds = set_condition(current, QueueConditionType.READY, r.ready, r.reason, r.message, generation, now)
+    if verdict.kai is None:
+        return remove_condition(conds, QueueConditionType.KAI_QUEUE_READY)
+    k = verdict.kai
+    return set_condition(
+        conds, QueueConditionType.KAI_QUEUE_READY, k.ready, k.reason, k.message, generation, now
+    )
+
+
+def _ready_message(queue: TorchrunQueue) -> str:
+    return f"jobs run on nodes of {queue.spec.node_resources.gpus} GPU(s)"

@@ -54,6 +54,7 @@ NEEDS = [
     # status is written with PUT; PATCH on the status subresource is no more power than that
     Need("torchrun.ai", "torchrunjobs/status", ("update", "patch"), "conditions, phase, workers"),
     Need("torchrun.ai", "torchrunjobs/finalizers", ("update",), "blockOwnerDeletion on owned objects"),
+    Need("torchrun.ai", "torchrunqueues/finalizers", ("update",), "blockOwnerDeletion on owned KAI Queues"),
     Need("torchrun.ai", "torchrunqueues", ("get", "list", "watch"), "informer"),
     Need("torchrun.ai", "torchrunqueues/status", ("update", "patch"), "Ready, job counts"),
     Need("batch", "jobs", CRUD, "the Indexed worker Job; restarts delete it; GC"),

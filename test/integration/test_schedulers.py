@@ -1,0 +1,766 @@
+"""Schedulers on the real control plane (SPEC §3 TorchrunQueue, §5): queue readiness, the KAI Queue
+tree, PodGroups per job, Kueue's suspend flow, and what happens when a scheduler is missing.
+
+Each scheduler's CRDs come from its own Go module (hack/testbed/scheduler-crds.sh, cached). The
+tests of missing schedulers and invalid queues run first, on a control plane without them; then
+they are installed once for the rest of this module and removed again at its end (waiting until
+the API server no longer serves them), so the shared control plane is left as it was found.
+Most tests run no scheduler binary: where they need the scheduler's move (Kueue admitting a Job),
+the test makes that move itself through the API, as the scheduler would, and asserts what the
+controller does about it. `TestRealKueue` runs the real Kueue, built from its module by
+hack/testbed/build-kueue.sh, and skips (saying so) when it has not been built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testbed import REPO, Cluster, wait_until
+
+from controller.cmd.main import App
+
+CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"
+KAI_QUEUES = "queues.scheduling.run.ai"
+Maker = Callable[..., str]
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def scheduler_crds() -> dict[str, Path]:
+    """Where each scheduler's CRDs are cached, fetched through the Go module proxy once."""
+    if shutil.which("go") is None:
+        pytest.skip("the Go toolchain is needed: scheduler CRDs come from the Go module proxy")
+    proc = subprocess.run([str(CRD_SCRIPT)], capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"{CRD_SCRIPT.name} failed: {proc.stderr.strip()[-2000:]}")
+    return {k: Path(v) for k, v in (line.split("=", 1) for line in proc.stdout.split())}
+
+
+def crd_names(directory: Path) -> list[str]:
+    names = []
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "CustomResourceDefinition":
+                names.append(doc["metadata"]["name"])
+    return names
+
+
+def served(cluster: Cluster, crd: str) -> bool:
+    return cluster.kubectl("get", "crd", crd, check=False).returncode == 0
+
+
+def remove_crds(cluster: Cluster, names: list[str], timeout: float = 420) -> None:
+    """Delete CRDs and wait until they are gone.
+
+    kube-apiserver may take minutes: its CRD finalizer fails to list the instances while the
+    resource's watch cache re-initialises ("storage is (re)initializing") and retries with an
+    exponential backoff. An edit of the CRD requeues it at once, so the wait nudges it now and then.
+    """
+    cluster.kubectl("delete", "crd", *names, "--wait=false", check=False)
+    deadline = time.monotonic() + timeout
+    while left := [n for n in names if served(cluster, n)]:
+        if time.monotonic() > deadline:
+            stuck = [
+                (n, (condition(cluster.get("crd", n), "Terminating") or {}).get("message")) for n in left
+            ]
+            raise AssertionError(f"CRDs not removed after {timeout}s: {stuck}")
+        time.sleep(5)
+        for n in left:
+            nudge = {"metadata": {"annotations": {"torchrun.ai/nudge": str(time.monotonic_ns())}}}
+            cluster.kubectl("patch", "crd", n, "--type=merge", "-p", json.dumps(nudge), check=False)
+
+
+@pytest.fixture(scope="module")
+def scheduler_apis(cluster: Cluster, scheduler_crds: dict[str, Path]) -> Iterator[dict[str, str]]:
+    """Every scheduler's CRDs, installed once for the tests that need them and removed afterwards
+    (one removal: each round of CRD deletion can cost the API server minutes, see `remove_crds`)."""
+    names = [n for d in scheduler_crds.values() for n in crd_names(d)]
+    for directory in scheduler_crds.values():
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
+    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in names), "--timeout=60s")
+    try:
+        yield {k: (d / "SOURCE").read_text().strip() for k, d in scheduler_crds.items()}
+    finally:
+        remove_crds(cluster, names)
+
+
+@pytest.fixture
+def make_queue(cluster: Cluster, crds: Path) -> Iterator[Maker]:
+    """Create TorchrunQueues (cluster-scoped); deleted again after the test."""
+    created: list[str] = []
+
+    def make(outcome: str = "run", **spec: Any) -> str:
+        name = f"q-{uuid.uuid4().hex[:6]}"
+        body = {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
+                "image": "pytorch/pytorch:2.4.0",
+                "podAnnotations": {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": "2s"},
+                **spec,
+            },
+        }
+        cluster.apply(body)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        cluster.kubectl("delete", "torchrunqueue", *created, "--wait=true", "--timeout=60s", check=False)
+
+
+@pytest.fixture
+def priority_class(cluster: Cluster) -> Iterator[str]:
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": 1000,
+        }
+    )
+    yield name
+    cluster.kubectl("delete", "priorityclass", name, check=False)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
+    body = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "metadata": {"name": name},
+        "spec": {
+            "jobQueue": queue,
+            "command": "python train.py",
+            "workspace": {"source": "none"},
+            "numNodes": 2,
+            **spec,
+        },
+    }
+    cluster.apply(body, ns)
+    return name
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
+
+
+def queue_condition(cluster: Cluster, queue: str, ctype: str, reason: str) -> dict[str, Any] | None:
+    """The queue once its `ctype` condition has `reason`."""
+    obj = cluster.get("torchrunqueue", queue)
+    c = condition(obj, ctype)
+    return obj if c and c["reason"] == reason else None
+
+
+def job_condition(cluster: Cluster, ns: str, ctype: str, reason: str, name: str = "train") -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = cluster.get("torchrunjob", name, "-n", ns)
+        c = condition(obj, ctype)
+        return obj if c and c["reason"] == reason else None
+
+    return wait_until(check, 60, message=f"job {ctype}={reason}")
+
+
+def wait_reason(cluster: Cluster, queue: str, ctype: str, reason: str, timeout: float = 60) -> dict[str, Any]:
+    return wait_until(
+        lambda: queue_condition(cluster, queue, ctype, reason),
+        timeout,
+        0.2,
+        message=f"{queue} {ctype}={reason}",
+    )
+
+
+def get_or_none(cluster: Cluster, *args: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def merge_patch(cluster: Cluster, kind: str, name: str, patch: dict[str, Any], *ns: str) -> None:
+    cluster.kubectl("patch", kind, name, *ns, "--type=merge", "-p", json.dumps(patch))
+
+
+def worker_pods(cluster: Cluster, ns: str, name: str = "train") -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get("pods", "-n", ns, "-l", f"torchrun-job-name={name}")["items"]
+    return items
+
+
+# -- no scheduler installed ----------------------------------------------------------------------
+
+
+class TestMissingSchedulers:
+    """Runs before any scheduler CRD is installed: a missing scheduler is a condition, not a crash."""
+
+    def test_each_missing_scheduler_is_reported_and_its_jobs_wait(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        for crd in (
+            KAI_QUEUES,
+            "workloads.kueue.x-k8s.io",
+            "podgroups.scheduling.x-k8s.io",
+            "podgroups.scheduling.volcano.sh",
+        ):
+            assert not served(cluster, crd), f"{crd} must not be installed for this test"
+        queues = {
+            "kai-scheduler": ("scheduling.run.ai/v2", make_queue(scheduling={"scheduler": "kai-scheduler"})),
+            "kueue": ("kueue.x-k8s.io/v1beta1", make_queue(scheduling={"scheduler": "kueue"})),
+            "coscheduling": (
+                "scheduling.x-k8s.io/v1alpha1",
+                make_queue(scheduling={"scheduler": "coscheduling"}),
+            ),
+            "volcano": ("scheduling.volcano.sh/v1beta1", make_queue(scheduling={"scheduler": "volcano"})),
+        }
+        plain = make_queue(outcome="run")
+        start_controller()
+        make_job(cluster, namespace, queues["kai-scheduler"][1])
+        make_job(cluster, namespace, plain, name="plain")
+
+        for scheduler, (api, name) in queues.items():
+            obj = wait_reason(cluster, name, "Ready", "SchedulerNotInstalled")
+            ready = condition(obj, "Ready")
+            assert ready is not None and ready["status"] == "False"
+            assert api in ready["message"] and scheduler in ready["message"]
+            assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        kai = condition(cluster.get("torchrunqueue", queues["kai-scheduler"][1]), "KaiQueueReady")
+        assert kai is not None and (kai["status"], kai["reason"]) == ("False", "KaiNotInstalled")
+        assert condition(cluster.get("torchrunqueue", queues["volcano"][1]), "KaiQueueReady") is None
+
+        waiting = job_condition(cluster, namespace, "Admitted", "QueueNotReady")
+        assert "SchedulerNotInstalled" in (condition(waiting, "Admitted") or {})["message"]
+        assert get_or_none(cluster, "job", "train", "-n", namespace) is None
+        # nothing crashed: the controller carries on with everything else
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="plain")
+
+
+# -- invalid queues ------------------------------------------------------------------------------
+
+
+class TestInvalidQueues:
+    def test_bad_quantity_and_unknown_scheduler_are_rejected_at_admission(
+        self, cluster: Cluster, crds: Path
+    ) -> None:
+        base = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunQueue", "metadata": {"name": "q-bad"}}
+        spec = {"nodeResources": {"gpus": 8}, "image": "img:1"}
+        cases = {
+            "spec.scheduling.scheduler": {**spec, "scheduling": {"scheduler": "slurm"}},
+            "spec.nodeResources.memory": {**spec, "nodeResources": {"gpus": 8, "memory": "lots"}},
+            "spec.quota.gpu.quota": {
+                **spec,
+                "scheduling": {"scheduler": "kai-scheduler"},
+                "quota": {"gpu": {"quota": "-1"}},
+            },
+        }
+        for field, bad in cases.items():
+            proc = cluster.kubectl("apply", "-f", "-", input=json.dumps({**base, "spec": bad}), check=False)
+            assert proc.returncode != 0 and field in proc.stderr, (field, proc.stderr)
+
+    def test_invalid_queue_holds_its_jobs_until_fixed(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        # 8 GPUs x 200Gi of /dev/shm is more than the node's 900Gi: a quantity only the controller can judge
+        queue = make_queue(storage={"shmSizePerGPU": "200Gi"})
+        start_controller()
+        make_job(cluster, namespace, queue)
+        obj = wait_reason(cluster, queue, "Ready", "InvalidSpec")
+        assert "spec.storage.shmSizePerGPU" in (condition(obj, "Ready") or {})["message"]
+        waiting = job_condition(cluster, namespace, "Admitted", "QueueNotReady")
+        assert "spec.storage.shmSizePerGPU" in (condition(waiting, "Admitted") or {})["message"]
+        wait_until(
+            lambda: (
+                cluster.get("torchrunqueue", queue)["status"]["jobs"]
+                == {**zero_counts(), "pending": 1, "total": 1}
+            ),
+            30,
+            message="job counts",
+        )
+
+        merge_patch(cluster, "torchrunqueue", queue, {"spec": {"storage": {"shmSizePerGPU": "8Gi"}}})
+        fixed = wait_reason(cluster, queue, "Ready", "Ready")
+        assert fixed["status"]["observedGeneration"] == fixed["metadata"]["generation"]
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        wait_until(
+            lambda: cluster.get("torchrunqueue", queue)["status"]["jobs"]["running"] == 1,
+            30,
+            message="running count",
+        )
+
+
+def zero_counts() -> dict[str, int]:
+    return dict.fromkeys(("pending", "syncing", "running", "suspended", "succeeded", "failed", "total"), 0)
+
+
+# -- KAI-Scheduler -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("scheduler_apis")
+class TestKai:
+    def test_kai_queue_tree_follows_the_queues(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        scheduler_apis: dict[str, str],
+    ) -> None:
+        print(f"KAI CRDs: {scheduler_apis['kai']}")
+        tag = uuid.uuid4().hex[:6]
+        root, child = f"root-{tag}", f"team-{tag}"
+        leaf = make_queue(
+            scheduling={"scheduler": "kai-scheduler"},
+            kaiQueue=child,
+            parentKaiQueue=root,
+            quota={"gpu": {"quota": "16", "limit": "32", "overQuotaWeight": 2}, "memory": {"quota": "512Gi"}},
+        )
+        start_controller()
+        make_job(cluster, namespace, leaf)
+
+        # the parent KAI Queue does not exist yet: the queue and its job wait, nothing is created
+        obj = wait_reason(cluster, leaf, "Ready", "ParentQueueNotFound")
+        assert root in (condition(obj, "Ready") or {})["message"]
+        assert (condition(obj, "KaiQueueReady") or {})["reason"] == "ParentQueueNotFound"
+        assert get_or_none(cluster, KAI_QUEUES, child) is None
+        job_condition(cluster, namespace, "Admitted", "QueueNotReady")
+
+        # a second TorchrunQueue makes the parent: the tree forms and the job starts
+        top = make_queue(scheduling={"scheduler": "kai-scheduler"}, kaiQueue=root)
+        wait_reason(cluster, top, "KaiQueueReady", "KaiQueueSynced")
+        wait_reason(cluster, leaf, "Ready", "Ready", timeout=45)
+        kq = cluster.get(KAI_QUEUES, child)
+        assert kq["spec"]["parentQueue"] == root
+        assert kq["spec"]["resources"] == {
+            "gpu": {"quota": 16, "limit": 32, "overQuotaWeight": 2},
+            "cpu": {"quota": 0, "limit": -1, "overQuotaWeight": 1},
+            "memory": {"quota": 549755.813888, "limit": -1, "overQuotaWeight": 1},
+        }
+        owner = kq["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("TorchrunQueue", leaf)
+        assert "parentQueue" not in cluster.get(KAI_QUEUES, root)["spec"]
+        job_condition(cluster, namespace, "Admitted", "Admitted")
+        wait_until(lambda: get_or_none(cluster, "job", "train", "-n", namespace), 30, message="worker Job")
+
+        # quota changes reach the KAI Queue; fields an admin set are kept
+        merge_patch(cluster, KAI_QUEUES, child, {"spec": {"priority": 300}})
+        merge_patch(
+            cluster, "torchrunqueue", leaf, {"spec": {"quota": {"gpu": {"quota": "8", "limit": "32"}}}}
+        )
+        wait_until(
+            lambda: cluster.get(KAI_QUEUES, child)["spec"]["resources"]["gpu"]["quota"] == 8,
+            30,
+            message="quota 8",
+        )
+        assert cluster.get(KAI_QUEUES, child)["spec"]["priority"] == 300
+
+        # renaming the KAI Queue moves it: the new one exists, the old one is deleted
+        renamed = f"renamed-{tag}"
+        merge_patch(cluster, "torchrunqueue", leaf, {"spec": {"kaiQueue": renamed}})
+        wait_until(lambda: get_or_none(cluster, KAI_QUEUES, renamed), 30, message="renamed KAI Queue")
+        wait_until(
+            lambda: get_or_none(cluster, KAI_QUEUES, child) is None, 30, message="old KAI Queue deleted"
+        )
+        wait_until(
+            lambda: (
+                cluster.get("podgroups.scheduling.run.ai", "train", "-n", namespace)["spec"]["queue"]
+                == renamed
+            ),
+            30,
+            message="PodGroup follows the queue",
+        )
+
+        # deleting the TorchrunQueue deletes its KAI Queue (owner reference, garbage collector)
+        cluster.kubectl("delete", "torchrunqueue", leaf, "--wait=true")
+        wait_until(
+            lambda: get_or_none(cluster, KAI_QUEUES, renamed) is None, 120, 0.5, message="KAI Queue GC"
+        )
+        assert get_or_none(cluster, KAI_QUEUES, root) is not None
+
+    def test_kai_queue_not_made_by_us_is_left_alone(
+        self, cluster: Cluster, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        name = f"shared-{uuid.uuid4().hex[:6]}"
+        theirs = {"gpu": {"quota": 1, "limit": 2, "overQuotaWeight": 1}}
+        cluster.apply(
+            {
+                "apiVersion": "scheduling.run.ai/v2",
+                "kind": "Queue",
+                "metadata": {"name": name},
+                "spec": {"resources": theirs},
+            }
+        )
+        try:
+            queue = make_queue(
+                scheduling={"scheduler": "kai-scheduler"}, kaiQueue=name, quota={"gpu": {"quota": "64"}}
+            )
+            start_controller()
+            obj = wait_reason(cluster, queue, "KaiQueueReady", "KaiQueueNotManaged")
+            assert (condition(obj, "Ready") or {})["status"] == "True"
+            kq = cluster.get(KAI_QUEUES, name)
+            assert kq["spec"]["resources"] == theirs and not kq["metadata"].get("ownerReferences")
+        finally:
+            cluster.kubectl("delete", KAI_QUEUES, name, check=False)
+
+    def test_kai_job_is_one_gang_its_pods_join(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        priority_class: str,
+    ) -> None:
+        kai_queue = f"gang-{uuid.uuid4().hex[:6]}"
+        queue = make_queue(
+            scheduling={"scheduler": "kai-scheduler", "priorityClassName": priority_class}, kaiQueue=kai_queue
+        )
+        start_controller()
+        make_job(cluster, namespace, queue, numNodes=3)
+        pg = wait_until(
+            lambda: get_or_none(cluster, "podgroups.scheduling.run.ai", "train", "-n", namespace),
+            60,
+            message="PodGroup",
+        )
+        tj = cluster.get("torchrunjob", "train", "-n", namespace)
+        assert pg["spec"]["minMember"] == 3
+        assert pg["spec"]["queue"] == kai_queue and pg["spec"]["priorityClassName"] == priority_class
+        assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
+        assert pg["metadata"]["labels"]["torchrun-job-name"] == "train"
+
+        pods = wait_until(
+            lambda: (p := worker_pods(cluster, namespace)) and len(p) == 3 and p, 60, message="3 pods"
+        )
+        for pod in pods:
+            assert pod["spec"]["schedulerName"] == "kai-scheduler"
+            assert pod["metadata"]["annotations"]["pod-group-name"] == pg["metadata"]["name"]
+            assert pod["metadata"]["annotations"]["kai.scheduler/skip-podgrouper"] == "true"
+            assert pod["metadata"]["labels"]["kai.scheduler/queue"] == kai_queue
+            assert not pod["spec"].get("nodeName")  # nobody but KAI may place them
+        assert (
+            cluster.get("job", "train", "-n", namespace)["metadata"]["annotations"][
+                "kai.scheduler/skip-podgrouper"
+            ]
+            == "true"
+        )
+
+        cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
+        wait_until(
+            lambda: get_or_none(cluster, "podgroups.scheduling.run.ai", "train", "-n", namespace) is None,
+            120,
+            0.5,
+            message="PodGroup deleted with its job",
+        )
+
+
+# -- Kueue ---------------------------------------------------------------------------------------
+
+
+def fake_kueue_workload(cluster: Cluster, ns: str, job: dict[str, Any]) -> str:
+    """The Workload Kueue creates for a Job (labelled with the Job's UID and owned by it)."""
+    name = f"job-{job['metadata']['name']}-{job['metadata']['uid'][:5]}"
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": name,
+                "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "queueName": job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+                "podSets": [
+                    {"name": "main", "count": job["spec"]["parallelism"], "template": job["spec"]["template"]}
+                ],
+            },
+        },
+        ns,
+    )
+    return name
+
+
+@pytest.mark.usefixtures("scheduler_apis")
+class TestKueue:
+    def test_kueue_admits_and_suspend_never_fights_it(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue="team-lq")
+        start_controller()
+        make_job(cluster, namespace, queue)
+        wait_reason(cluster, queue, "Ready", "Ready")
+        job = wait_until(
+            lambda: get_or_none(cluster, "job", "train", "-n", namespace), 60, message="worker Job"
+        )
+        assert job["spec"]["suspend"] is True
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-lq"
+        assert worker_pods(cluster, namespace) == []
+        workload = fake_kueue_workload(cluster, namespace, job)
+
+        # Kueue admits: it injects the flavor's node selector and unsuspends the Job
+        zone = {"topology.kubernetes.io/zone": "zone-1"}
+        merge_patch(
+            cluster, "job", "train", {"spec": {"template": {"spec": {"nodeSelector": zone}}}}, "-n", namespace
+        )
+        merge_patch(cluster, "job", "train", {"spec": {"suspend": False}}, "-n", namespace)
+        running = job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        assert running["status"]["phase"] == "Running"
+        nodes = {p["spec"]["nodeName"] for p in worker_pods(cluster, namespace)}
+        assert nodes <= {"gpu-node-1", "gpu-node-3"} and len(nodes) == 2
+        assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is False  # never re-suspended
+
+        # the user suspends: the Job is suspended and the Workload deactivated, so Kueue keeps it so
+        merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": True}}, "-n", namespace)
+        job_condition(cluster, namespace, "Suspended", "Suspended")
+        wait_until(
+            lambda: cluster.get("workload", workload, "-n", namespace)["spec"].get("active") is False,
+            30,
+            message="Workload deactivated",
+        )
+        assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
+        wait_until(lambda: worker_pods(cluster, namespace) == [], 60, message="pods gone")
+
+        # the user resumes: the Workload is active again, and unsuspending is left to Kueue
+        merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": False}}, "-n", namespace)
+        wait_until(
+            lambda: cluster.get("workload", workload, "-n", namespace)["spec"].get("active") is True,
+            30,
+            message="Workload reactivated",
+        )
+        time.sleep(2)  # give the controller every chance to (wrongly) unsuspend it itself
+        assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
+        merge_patch(cluster, "job", "train", {"spec": {"suspend": False}}, "-n", namespace)  # Kueue readmits
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+
+
+# -- coscheduling and Volcano --------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("scheduler_apis")
+class TestCoschedulingAndVolcano:
+    def test_coscheduling_pod_group_and_labelled_pods(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        queue = make_queue(scheduling={"scheduler": "coscheduling"})
+        start_controller()
+        make_job(cluster, namespace, queue, numNodes=3)
+        pg = wait_until(
+            lambda: get_or_none(cluster, "podgroups.scheduling.x-k8s.io", "train", "-n", namespace),
+            60,
+            message="PodGroup",
+        )
+        assert pg["spec"]["minMember"] == 3
+        assert pg["metadata"]["ownerReferences"][0]["kind"] == "TorchrunJob"
+        # kube-scheduler stands in for scheduler-plugins here, so the pods run
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        pods = worker_pods(cluster, namespace)
+        assert len(pods) == 3 and all(
+            p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "train" for p in pods
+        )
+
+    def test_volcano_pod_group_and_annotated_pods(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        priority_class: str,
+    ) -> None:
+        queue = make_queue(scheduling={"scheduler": "volcano", "priorityClassName": priority_class})
+        start_controller()
+        make_job(cluster, namespace, queue)
+        pg = wait_until(
+            lambda: get_or_none(cluster, "podgroups.scheduling.volcano.sh", "train", "-n", namespace),
+            60,
+            message="PodGroup",
+        )
+        assert pg["spec"]["minMember"] == 2 and pg["spec"]["queue"] == "default"
+        assert pg["spec"]["priorityClassName"] == priority_class
+        pods = wait_until(
+            lambda: (p := worker_pods(cluster, namespace)) and len(p) == 2 and p, 60, message="pods"
+        )
+        for pod in pods:
+            assert pod["spec"]["schedulerName"] == "volcano"
+            assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "train"
+
+
+# -- the real Kueue ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def kueue_binary() -> Path:
+    versions = dict(
+        line.split("=", 1)
+        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
+    )
+    return Path(base) / "bin" / f"kueue-{versions['KUEUE_VERSION']}" / "kueue"
+
+
+@pytest.fixture
+def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
+    """The Kueue controller manager built from its module, with a ClusterQueue of 4 x 8 GPUs."""
+    binary = kueue_binary()
+    if not binary.exists():
+        pytest.skip(f"the real Kueue is not built: run hack/testbed/build-kueue.sh (expects {binary})")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    keys = ["-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")]
+    subprocess.run([*openssl, "-subj", "/CN=kueue-webhook", *keys], check=True, capture_output=True)
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "namespace": "kueue-system",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": free_port(), "host": "127.0.0.1", "certDir": str(certs)},
+        "leaderElection": {"leaderElect": False},
+        # with it off, Kueue insists on metrics certificates under /etc/kueue; with it on, it keeps its
+        # CA in a Secret and only needs a certificate file in certDir (the webhooks are not registered)
+        "internalCertManagement": {"enable": True},
+        "integrations": {"frameworks": ["batch/job"]},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cluster.kubectl("create", "namespace", "kueue-system", check=False)
+    # the Secret Kueue's cert rotator fills (Kueue's manifests ship it empty)
+    cluster.kubectl(
+        "create", "secret", "generic", "kueue-webhook-server-cert", "-n", "kueue-system", check=False
+    )
+    log = (tmp_path / "kueue.log").open("w")
+    gates = "--feature-gates=VisibilityOnDemand=false"  # no aggregated API server on a fixed port
+    args = [str(binary), "--config", str(tmp_path / "config.yaml"), gates, "--zap-log-level=2"]
+    proc = subprocess.Popen(args, env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)
+    flavor, cq = f"flavor-{uuid.uuid4().hex[:6]}", f"cq-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor}}
+    )
+    quotas = {"nvidia.com/gpu": "32", "cpu": "400", "memory": "4Ti"}
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(quotas),
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [{"name": k, "nominalQuota": v} for k, v in quotas.items()],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    try:
+        yield cq
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        release_kueue_objects(cluster)
+        cluster.kubectl("delete", "namespace", "kueue-system", "--wait=false", check=False)
+
+
+def release_kueue_objects(cluster: Cluster) -> None:
+    """Delete what Kueue made or guarded: with Kueue stopped, its finalizers would block the
+    namespaces and the CRDs from going, so they are taken off first."""
+    for kind in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+        for item in cluster.get(kind, "-A")["items"]:
+            meta = item["metadata"]
+            ns = ["-n", meta["namespace"]] if meta.get("namespace") else []
+            cluster.kubectl(
+                "patch",
+                kind,
+                meta["name"],
+                *ns,
+                "--type=merge",
+                "-p",
+                '{"metadata":{"finalizers":null}}',
+                check=False,
+            )
+            cluster.kubectl("delete", kind, meta["name"], *ns, "--wait=false", check=False)
+
+
+@pytest.mark.usefixtures("scheduler_apis")
+class TestRealKueue:
+    def test_real_kueue_admits_a_two_node_job_and_honours_suspend(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        real_kueue: str,
+    ) -> None:
+        cluster.apply(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "LocalQueue",
+                "metadata": {"name": "team-lq"},
+                "spec": {"clusterQueue": real_kueue},
+            },
+            namespace,
+        )
+        queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue="team-lq")
+        start_controller()
+        make_job(cluster, namespace, queue)
+
+        def admitted() -> dict[str, Any] | None:
+            items = cluster.get("workloads", "-n", namespace)["items"]
+            return items[0] if items and (items[0].get("status") or {}).get("admission") else None
+
+        workload = wait_until(admitted, 90, 0.5, message="Kueue admits the Workload")
+        assert workload["status"]["admission"]["clusterQueue"] == real_kueue
+        assert workload["spec"]["podSets"][0]["count"] == 2
+        running = job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        assert running["status"]["workers"]["ready"] == 2
+
+        # suspend with Kueue running: the Workload is deactivated, Kueue evicts and keeps it suspended
+        merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": True}}, "-n", namespace)
+        job_condition(cluster, namespace, "Suspended", "Suspended")
+        wait_until(lambda: worker_pods(cluster, namespace) == [], 60, message="pods gone")
+        time.sleep(3)  # Kueue would have unsuspended it by now if the two fought
+        assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
+
+        # resume: Kueue readmits and unsuspends; the job runs again
+        merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": False}}, "-n", namespace)
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
