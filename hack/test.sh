@@ -20,6 +20,8 @@ log "import contracts"
 lint-imports --config .importlinter
 
 "$HACK_DIR/build-controlplane.sh"
+# the real Kueue controller, for the test that runs a job through it (cached like the rest)
+"$HACK_DIR/testbed/build-kueue.sh" >/dev/null
 
 log "pytest"
 set +e
