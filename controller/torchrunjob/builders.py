@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from controller.api import (
-    API_VERSION,
     JOB_KIND,
     EnvVar,
     JobTopology,
@@ -25,6 +24,7 @@ from controller.api import (
     TorchrunQueue,
     to_json,
 )
+from controller.api.resources import controller_reference
 from controller.torchrunjob.launch import ParsedCommand, Rendezvous, torchrun_args
 from controller.torchrunjob.scheduling import apply_scheduler
 
@@ -42,14 +42,7 @@ def labels(job: TorchrunJob, role: str) -> dict[str, str]:
 
 
 def owner_reference(job: TorchrunJob) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": JOB_KIND,
-        "name": job.name,
-        "uid": job.metadata.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return controller_reference(JOB_KIND, job.name, job.metadata.uid)
 
 
 def _metadata(job: TorchrunJob, name: str, role: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from controller.rest.errors import ApiError
 from controller.rest.resources import JOBS, SERVICES, Resource
 from controller.runtime import Result
 from controller.runtime.events import NORMAL, WARNING, EventRecorder
+from controller.runtime.status import update_status
 from controller.torchrunjob import status as st
 from controller.torchrunjob.builders import (
     JOB_LABEL,
@@ -155,20 +156,7 @@ class TorchrunJobReconciler:
         return status
 
     def _write(self, raw: Mapping[str, Any], status: dict[str, Any]) -> None:
-        if status == thaw(raw.get("status") or {}):  # the cache holds tuples, to_json lists
-            return
-        body = thaw(raw)
-        body["status"] = status
-        try:
-            self.client.update_status(TORCHRUNJOBS, body)
-        except ApiError as exc:
-            if exc.conflict:
-                raise TransientError(
-                    "status conflict; retrying with a fresh read", requeue_after=0.0
-                ) from exc
-            if exc.not_found:
-                return
-            raise
+        update_status(self.client, TORCHRUNJOBS, raw, status)
 
     # -- writes (each only when needed) -----------------------------------------------------------
 

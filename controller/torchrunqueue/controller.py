@@ -44,12 +44,12 @@ from controller.api import (
     validate_queue,
 )
 from controller.api.resources import TORCHRUNQUEUES
-from controller.cache import Lister, thaw
-from controller.errors import TransientError
+from controller.cache import Lister
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
 from controller.runtime import Result
+from controller.runtime.status import update_status
 from controller.torchrunqueue.discovery import Discovery
 from controller.torchrunqueue.kaiqueue import KAI_PODGROUPS_VERSION, KAI_QUEUES, ConditionState, KaiQueues
 
@@ -214,18 +214,8 @@ class TorchrunQueueReconciler:
         generation = int(raw["metadata"].get("generation") or 0)
         conds = _conditions(status.conditions, verdict, generation, _now())
         status = dataclasses.replace(status, conditions=conds, observed_generation=generation)
-        new = to_json(status)
-        if new == thaw(raw.get("status") or {}):  # the cache holds tuples, to_json lists
+        if not update_status(self.client, TORCHRUNQUEUES, raw, to_json(status)):
             return
-        body = thaw(raw)
-        body["status"] = new
-        try:
-            self.client.update_status(TORCHRUNQUEUES, body)
-        except ApiError as exc:
-            if exc.conflict:
-                raise TransientError("status conflict", requeue_after=0.0) from exc
-            if not exc.not_found:
-                raise
         log.info(
             "queue status",
             queue=raw["metadata"]["name"],

@@ -23,7 +23,8 @@ from typing import Any
 
 import structlog
 
-from controller.api import API_VERSION, QUEUE_KIND, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
+from controller.api import QUEUE_KIND, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
+from controller.api.resources import controller_reference
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
@@ -66,14 +67,7 @@ def kai_resources(quota: QueueQuota | None) -> dict[str, dict[str, Number]]:
 
 
 def owner_reference(queue: TorchrunQueue) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": QUEUE_KIND,
-        "name": queue.name,
-        "uid": queue.metadata.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return controller_reference(QUEUE_KIND, queue.name, queue.metadata.uid)
 
 
 def build_kai_queue(queue: TorchrunQueue) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from jobs import condition, make_job
 from testbed import REPO, Cluster, wait_until
 
 from controller.cmd.main import App
@@ -139,30 +140,6 @@ def priority_class(cluster: Cluster) -> Iterator[str]:
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
-    body = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": name},
-        "spec": {
-            "jobQueue": queue,
-            "command": "python train.py",
-            "workspace": {"source": "none"},
-            "numNodes": 2,
-            **spec,
-        },
-    }
-    cluster.apply(body, ns)
-    return name
-
-
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return dict(c)
-    return None
 
 
 def queue_condition(cluster: Cluster, queue: str, ctype: str, reason: str) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from jobs import condition, make_job
 from prometheus_client import generate_latest
 from testbed import Cluster, wait_until
 
@@ -32,32 +33,8 @@ def make_queue(cluster: Cluster, outcome: str = "succeed", duration: str = "3s",
     return name
 
 
-def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
-    body = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": name},
-        "spec": {
-            "jobQueue": queue,
-            "command": "python train.py --epochs 1",
-            "workspace": {"source": "none"},
-            **({"numNodes": 2} if "numGPUs" not in spec else {}),
-            **spec,
-        },
-    }
-    cluster.apply(body, ns)
-    return name
-
-
 def tj(cluster: Cluster, ns: str, name: str = "train") -> dict[str, Any]:
     return cluster.get("torchrunjob", name, "-n", ns)
-
-
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return dict(c)
-    return None
 
 
 def phase_is(cluster: Cluster, ns: str, phase: str, name: str = "train") -> dict[str, Any] | None:

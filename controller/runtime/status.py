@@ -1,0 +1,37 @@
+"""Writing a custom resource's status: only when it changed, and conflicts as a clean retry.
+
+`update_status` compares the new status with the cached one (the cache holds frozen tuples, the
+new status plain JSON lists, so it compares against a thawed copy), PUTs the status subresource
+with the cached resourceVersion when they differ, turns a 409 into a `TransientError` that
+requeues at once (the next pass reads the fresh object), and ignores an object deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.cache import thaw
+from controller.errors import TransientError
+from controller.rest.client import RESTClient
+from controller.rest.errors import ApiError
+from controller.rest.resources import Resource
+
+
+def update_status(
+    client: RESTClient, resource: Resource, cached: Mapping[str, Any], status: dict[str, Any]
+) -> bool:
+    """Write `status` if it differs from `cached`'s; True when a write happened."""
+    if status == thaw(cached.get("status") or {}):
+        return False
+    body = thaw(cached)
+    body["status"] = status
+    try:
+        client.update_status(resource, body)
+    except ApiError as exc:
+        if exc.conflict:
+            raise TransientError(f"{resource.kind} status conflict; retrying on a fresh read", 0.0) from exc
+        if exc.not_found:
+            return False
+        raise
+    return True
