@@ -18,8 +18,9 @@ if [ ! -f "$venv/.done" ]; then
   "$venv/bin/pip" install -q --upgrade pip >&2
   "$venv/bin/pip" install -q -e "$REPO_DIR[test]" >&2
   touch "$venv/.done"
-else
+elif [ "$(cd / && "$venv/bin/python" -c 'import controller, os; print(os.path.dirname(os.path.dirname(controller.__file__)))' 2>/dev/null)" != "$REPO_DIR" ]; then
   # the editable install points at whichever checkout ran last; make it this one
-  "$venv/bin/pip" install -q --no-deps -e "$REPO_DIR" >&2
+  "$venv/bin/pip" install -q --no-deps -e "$REPO_DIR" >/dev/null 2>&1 \
+    || "$venv/bin/pip" install --no-deps -e "$REPO_DIR" >&2
 fi
 echo "$venv"
