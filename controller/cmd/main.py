@@ -44,6 +44,7 @@ from controller.workqueue import RateLimitingQueue, default_controller_rate_limi
 
 log = structlog.get_logger("main")
 SHUTDOWN_TIMEOUT = 20.0  # seconds; below the default terminationGracePeriodSeconds (30)
+QUEUE_COUNTS_DELAY = 2.0  # seconds; a queue's job counts lag its jobs by at most this
 Obj = Mapping[str, Any]
 
 
@@ -137,7 +138,8 @@ class App:
             jobs.enqueue(f"{meta['namespace']}/{meta['name']}")
             queue = (obj.get("spec") or {}).get("jobQueue")
             if queue:
-                queues.enqueue(queue)
+                # job counts only: coalesce a burst of job changes into one queue status write
+                queues.enqueue_after(queue, QUEUE_COUNTS_DELAY)
 
         def queue_changed(obj: Obj) -> None:
             name = obj["metadata"]["name"]

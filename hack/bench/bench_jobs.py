@@ -75,6 +75,20 @@ def writes(metrics_port: int) -> float:
     return total
 
 
+def wait_settled(port: int, quiet: float = 10.0, timeout: float = 600) -> float:
+    """The controller's write count once it has stopped moving for `quiet` seconds."""
+    deadline = time.perf_counter() + timeout
+    last, since = writes(port), time.perf_counter()
+    while time.perf_counter() - since < quiet:
+        if time.perf_counter() > deadline:
+            raise TimeoutError("the controller never went quiet")
+        time.sleep(1)
+        now = writes(port)
+        if now != last:
+            last, since = now, time.perf_counter()
+    return last
+
+
 def submit(rest: RESTClient, ns: str, make: Any, n: int, workers: int = 16) -> dict[str, float]:
     sent: dict[str, float] = {}
 
@@ -164,8 +178,7 @@ def run_controller(kubeconfig: Path, rest: RESTClient, n: int, threadiness: int)
         start = min(sent.values())
         end = wait_pods_running(pods, 2 * n)
         latencies = [jobs_seen.times[k] - sent[k] for k in sent if k in jobs_seen.times]
-        time.sleep(5)  # let the status writes of the last jobs land
-        settled = writes(port)
+        settled = wait_settled(port)
         time.sleep(25)  # > one resync period (20 s) with nothing changing
         idle = writes(port) - settled
         return {
