@@ -39,8 +39,3 @@ class Backoff:
             delay = self._current
             self._current = min(self._current * self.factor, self.maximum)
         return delay + self._rng.random() * self.jitter * delay if self.jitter > 0 else delay
-
-    def reset(self) -> None:
-        with self._lock:
-            self._current = self.initial
-            self._last = None

@@ -111,10 +111,3 @@ class Cluster:
         with urllib.request.urlopen(req, timeout=10) as resp:
             out: dict[str, Any] = json.loads(resp.read())
             return out
-
-    def process_rss_kib(self, component: str) -> int:
-        pid = (self.run_dir / "pids" / f"{component}.pid").read_text().strip()
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0

@@ -270,8 +270,7 @@ class _Pass:
                 self.r.recorder.event(self.raw, WARNING if warn else NORMAL, cond.reason, cond.message)
         if new != thaw(self.raw.get("status") or {}):
             log.info("status", key=self.job.key, phase=self.status.phase.value, restarts=self.status.restarts)
-        timers = [t for t in self.timers if t is not None]
-        return Result(requeue_after=min(timers)) if timers else None
+        return Result(requeue_after=min(self.timers)) if self.timers else None
 
     # -- the steps -----------------------------------------------------------------------------
 

@@ -18,14 +18,8 @@ class JobUpdater:
     key: str
     uid: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # generation of the spec the last reconcile acted on
-    observed_generation: int = 0
-    # the submit→running latency is observed once per job
+    # the submit→running latency is observed once per job (everything else lives in the status)
     running_observed: bool = False
-    # a whole-job restart deleted the worker Job and is waiting for it to be gone
-    restart_pending: bool = False
-    # seconds-from-now timers the last reconcile asked for, by purpose (ttl, deadline, ...)
-    timers: dict[str, float] = field(default_factory=dict)
 
 
 class JobTracker:
@@ -52,7 +46,3 @@ class JobTracker:
     def __len__(self) -> int:
         with self._lock:
             return len(self._updaters)
-
-    def keys(self) -> list[str]:
-        with self._lock:
-            return list(self._updaters)

@@ -33,7 +33,3 @@ class Discovery:
         with self._lock:
             self._cache[group_version] = (now, ok)
         return ok
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._cache.clear()
