@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Protocol
+
+
+def utc_now() -> datetime:
+    """Wall-clock now in UTC at the API's precision (whole seconds), so unchanged timestamps in a
+    status compare equal to what the API server returns."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
 
 
 class Clock(Protocol):

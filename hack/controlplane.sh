@@ -11,6 +11,7 @@
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
 # TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110).
+# kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
 
@@ -122,7 +123,20 @@ start_etcd() {
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 }
 
+write_audit_policy() {  # Metadata of every write (who wrote what, when), nothing else: stays small
+  cat > "$RUN_DIR/audit-policy.yaml" <<'YAML'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+YAML
+}
+
 start_apiserver() {
+  write_audit_policy
   launch kube-apiserver "$KUBE_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -135,7 +149,9 @@ start_apiserver() {
     --disable-admission-plugins TaintNodesByCondition \
     --kubelet-certificate-authority "$PKI/ca.crt" \
     --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
-    --cert-dir "$PKI/serving" -v=1
+    --cert-dir "$PKI/serving" \
+    --audit-policy-file "$RUN_DIR/audit-policy.yaml" --audit-log-path "$RUN_DIR/audit.log" \
+    --audit-log-format json --audit-log-mode blocking -v=1
   wait_for kube-apiserver 120 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz
 }
 
@@ -257,5 +273,5 @@ case ${1:-} in
   start) start_component "$2" ;;
   stop) stop_component "$2" ;;
   env) env_line ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

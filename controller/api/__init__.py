@@ -40,6 +40,7 @@ from controller.api.groupversion import (
     QUEUE_SINGULAR,
     VERSION,
 )
+from controller.api.labels import JOB_LABEL, PERSIST_LABEL, QUEUE_LABEL, ROLE_LABEL
 from controller.api.quantity import Quantity
 from controller.api.storage import (
     AccessMode,
@@ -79,13 +80,17 @@ __all__ = [
     "CATEGORY",
     "GROUP",
     "JOB_KIND",
+    "JOB_LABEL",
     "JOB_PLURAL",
     "JOB_SHORT_NAME",
     "JOB_SINGULAR",
+    "PERSIST_LABEL",
     "QUEUE_KIND",
+    "QUEUE_LABEL",
     "QUEUE_PLURAL",
     "QUEUE_SHORT_NAME",
     "QUEUE_SINGULAR",
+    "ROLE_LABEL",
     "VERSION",
     "AccessMode",
     "Backend",

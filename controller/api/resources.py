@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controller.api.groupversion import (
@@ -30,3 +31,12 @@ def controller_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+JOB_QUEUE_INDEX = "queue"
+
+
+def job_queue_index(obj: Mapping[str, Any]) -> list[str]:
+    """Index function for TorchrunJobs: the queue each names (both controllers look jobs up by it)."""
+    queue = (obj.get("spec") or {}).get("jobQueue")
+    return [queue] if queue else []

@@ -13,6 +13,8 @@ limits and the overrides its queue allows. Decisions worth knowing:
     (job wins), `tolerations` are appended. Each set field must be in the queue's
     `allowOverrides` (checked by the controller, see `validation`).
   * `jobQueue` is immutable: moving a running job to a queue with another node shape is a new job.
+  * `numNodes`/`numGPUs` are immutable: every node's launch carries the size, so a new size is a
+    new job (never a Job whose parallelism and torchrun's `--nnodes` disagree).
 """
 
 from __future__ import annotations
@@ -147,6 +149,15 @@ class JobOverrides:
 
 
 @cel(
+    Rule(
+        "has(self.numNodes) == has(oldSelf.numNodes) && "
+        "(!has(self.numNodes) || self.numNodes == oldSelf.numNodes) && "
+        "has(self.numGPUs) == has(oldSelf.numGPUs) && (!has(self.numGPUs) || self.numGPUs == oldSelf.numGPUs)",
+        "numNodes and numGPUs are immutable: the size is baked into every node's torchrun launch "
+        "(--nnodes, WORLD_SIZE); delete the job and submit it again with the new size",
+        field_path=".numNodes",
+        reason="FieldValueForbidden",
+    ),
     Rule(
         "has(self.numNodes) || has(self.numGPUs)",
         "one of numNodes or numGPUs is required",

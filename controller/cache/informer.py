@@ -42,6 +42,11 @@ class DeletedFinalStateUnknown:
     obj: Obj
 
 
+def unwrap_tombstone(obj: Obj | DeletedFinalStateUnknown) -> Obj:
+    """The deleted object itself, or a tombstone's last known state (client-go handlers' idiom)."""
+    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+
+
 class EventHandler(Protocol):
     def on_add(self, obj: Obj, is_initial: bool) -> None: ...
     def on_update(self, old: Obj, new: Obj) -> None: ...

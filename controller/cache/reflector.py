@@ -3,27 +3,36 @@
 - Lists in pages (`limit`/`continue`) and hands the full list to `sink.replace` with its
   resourceVersion; a continue token that expired mid-list restarts the list.
 - Watches from the last resourceVersion with bookmarks and a server-side timeout (5–10 min,
-  randomised like client-go so watches do not all restart together); the HTTP read timeout is a
-  little longer, so a dead connection raises instead of hanging forever.
-- A watch that ends normally is resumed from the last resourceVersion, with no relist.
-- 410 Gone (from the watch request or an ERROR event) → relist.
-- Any other error → jittered exponential backoff (800 ms doubling to 30 s, reset after 2 min
-  quiet), then a fresh watch from the last resourceVersion (a relist if that is gone too).
+  randomised like client-go so watches do not all restart together); the client's read timeout
+  (`RESTClient.watch_read_timeout`, 2 min: bookmarks come every minute) notices a dead connection.
+- A watch that ends normally is resumed at once from the last resourceVersion, with no relist.
+- 410 Gone (from the watch request or an ERROR event) → backoff, then relist.
+- Any other list or watch error → backoff, then the same step again: a failed list lists again,
+  a failed watch watches again from the last resourceVersion (a 410 there leads to a relist).
 - A watch that closes almost at once with no events counts as an error, so a misbehaving server
   cannot make us spin.
+
+The backoff is client-go's reflector backoff (`wait.Backoff{800ms, x2, cap 30s, jitter 1.0}
+.DelayWithReset(clock, 2m)`): every retry after a failure waits for it, including the relist
+after a 410 — client-go runs each ListAndWatch under `delayHandler.Until`, so it never relists
+at once. After two quiet minutes the delay is back at 0.8–1.6 s, so a healthy watch that gets a
+410 relists within about a second, while a server answering 410 or errors to everything is asked
+at most every 30–60 s. (client-go relists, rather than rewatches, after most watch errors; a
+rewatch from the last resourceVersion is as fresh and cheaper, and a 410 still forces the relist.)
+The clock is injectable so tests drive the delays.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import structlog
 
 from controller.backoff import Backoff
+from controller.clock import REAL_CLOCK, Clock
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient, WatchStream
 from controller.rest.errors import ApiError, status_error
@@ -33,6 +42,7 @@ log = structlog.get_logger("reflector")
 
 Obj = Mapping[str, Any]
 _SHORT_WATCH = 1.0  # seconds: a watch closing this fast with no event is an error
+_STOP_POLL = 1.0  # seconds: a backoff wait notices a bare `stop` event at least this often
 
 
 class ReflectorSink(Protocol):
@@ -61,6 +71,7 @@ class Reflector:
         metrics: ControllerMetrics | None = None,
         backoff: Backoff | None = None,
         prepare: Callable[[dict[str, Any]], Any] | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -71,13 +82,15 @@ class Reflector:
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
         self.metrics = metrics or client.metrics
-        self.backoff = backoff or Backoff()
+        self._clock = clock
+        self.backoff = backoff or Backoff(clock=clock)
         # applied to each listed item as its page arrives, so a big list never holds every raw
         # object at once (the informer passes its transform-and-freeze step)
         self.prepare = prepare
         self.last_sync_resource_version = ""
         self._watch: WatchStream | None = None
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # ends a backoff wait early on stop()
 
     # -- list ---------------------------------------------------------------------------------
 
@@ -137,7 +150,7 @@ class Reflector:
             self._watch = stream
         if stop.is_set():
             stream.stop()
-        started, events = time.monotonic(), 0
+        started, events = self._clock.now(), 0
         try:
             for event in stream:
                 events += 1
@@ -145,7 +158,7 @@ class Reflector:
         finally:
             with self._lock:
                 self._watch = None
-        if events == 0 and time.monotonic() - started < _SHORT_WATCH and not stop.is_set():
+        if events == 0 and self._clock.now() - started < _SHORT_WATCH and not stop.is_set():
             raise ConnectionError("very short watch: closed at once with no events")
 
     def _handle(self, kind: str, obj: dict[str, Any]) -> None:
@@ -179,24 +192,35 @@ class Reflector:
                     self.list()
                     need_list = False
                 self.watch_once(stop)
+                continue  # the server ended the watch: resume at once
             except _RelistError as exc:
                 self.metrics.informer_relists.labels(self.resource.key, "gone").inc()
-                log.info("relisting", resource=self.resource.key, why=str(exc))
                 need_list = True
+                delay = self.backoff.next()
+                log.info("relisting", resource=self.resource.key, why=str(exc), retry_in=round(delay, 2))
             except Exception as exc:  # any failure: back off, then resume
                 delay = self.backoff.next()
-                if need_list:
-                    log.warning(
-                        "list failed", resource=self.resource.key, error=str(exc), retry_in=round(delay, 2)
-                    )
-                else:
-                    log.warning(
-                        "watch failed", resource=self.resource.key, error=str(exc), retry_in=round(delay, 2)
-                    )
-                stop.wait(delay)
+                log.warning(
+                    "list failed" if need_list else "watch failed",
+                    resource=self.resource.key,
+                    error=str(exc),
+                    retry_in=round(delay, 2),
+                )
+            self._sleep(stop, delay)
+
+    def _sleep(self, stop: threading.Event, seconds: float) -> None:
+        """Wait `seconds` on the reflector's clock, or less if `stop` is set."""
+        deadline = self._clock.now() + seconds
+        with self._wake:
+            while not stop.is_set():
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    return
+                self._clock.wait(self._wake, min(remaining, _STOP_POLL))
 
     def stop(self) -> None:
-        """Interrupt an open watch (the run loop then sees `stop` set and returns)."""
+        """Interrupt an open watch or a backoff wait (the run loop then sees `stop` set and returns)."""
         with self._lock:
             if self._watch is not None:
                 self._watch.stop()
+            self._wake.notify_all()

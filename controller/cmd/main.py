@@ -2,29 +2,29 @@
 
 Start-up: serve /healthz, /readyz and /metrics at once; then (after winning the Lease, with
 --leader-elect) start the informers, wait for their caches, and start the workers and the
-garbage collector. SIGTERM/SIGINT drain the workqueues, stop the informers, release the Lease
-and exit 0. Losing the Lease exits 1 so the Deployment restarts the process as a candidate.
+garbage collector. SIGTERM/SIGINT stop the workers taking keys, let the reconciles in flight
+finish (at most SHUTDOWN_TIMEOUT), stop the informers, and only then release the Lease and exit 0.
+Losing the Lease exits 1 at once, and a write fence keeps every write from leaving the process
+once the Lease may have passed to another replica. A failed start-up exits 1 with one line.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
 import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from controller import log as logconf
-from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
-from controller.cache import DeletedFinalStateUnknown, SharedInformerFactory
-from controller.cache.informer import FuncHandler
-from controller.cache.transforms import slim_pod
+from controller.api import JOB_LABEL
+from controller.api.resources import TORCHRUNJOBS
+from controller.cache import SharedInformerFactory
 from controller.cmd.options import ControllerOptions, parse
 from controller.gc import GarbageCollector
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
@@ -33,31 +33,15 @@ from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.rest import RESTClient, load_config
 from controller.rest.config import current_namespace
-from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
-from controller.runtime import Controller
+from controller.rest.resources import PVCS
 from controller.runtime.events import EventRecorder
-from controller.torchrunjob.builders import JOB_LABEL
-from controller.torchrunjob.controller import Options, TorchrunJobReconciler
+from controller.torchrunjob import wiring as torchrunjob_wiring
+from controller.torchrunjob.controller import Options
 from controller.torchrunjob.metrics import JobsCollector
-from controller.torchrunqueue.controller import QUEUE_INDEX, TorchrunQueueReconciler, job_queue_index
-from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from controller.torchrunqueue import wiring as torchrunqueue_wiring
 
 log = structlog.get_logger("main")
 SHUTDOWN_TIMEOUT = 20.0  # seconds; below the default terminationGracePeriodSeconds (30)
-QUEUE_COUNTS_DELAY = 2.0  # seconds; a queue's job counts lag its jobs by at most this
-Obj = Mapping[str, Any]
-
-
-def _unwrap(obj: Obj | DeletedFinalStateUnknown) -> Obj:
-    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-
-
-def _on_any(fn: Callable[[Obj], None]) -> FuncHandler:
-    return FuncHandler(
-        add=lambda o, _initial: fn(o),
-        update=lambda _old, new: fn(new),
-        delete=lambda o: fn(_unwrap(o)),
-    )
 
 
 class App:
@@ -78,92 +62,41 @@ class App:
             self.client, namespace=opts.namespace, resync_period=opts.resync_period, metrics=metrics
         )
         f = self.factory
-        owned = f"{JOB_LABEL}"
-        self.jobs_informer = f.informer_for(TORCHRUNJOBS, indexers={QUEUE_INDEX: job_queue_index})
-        self.queues_informer = f.informer_for(TORCHRUNQUEUES)
-        # pods are the biggest cache: keep only what the controllers read (cache/transforms.py)
-        f.informer_for(PODS, label_selector=owned, transform=slim_pod)
-        self.owned = {res: f.informer_for(res, label_selector=owned) for res in (JOBS, SERVICES, PODS, PVCS)}
         provider = PrometheusWorkqueueMetricsProvider(metrics.registry)
         self.recorder = EventRecorder(self.client)
-        job_reconciler = TorchrunJobReconciler(
+        # each controller registers its own informers and event handlers (its package's wiring.py)
+        self.job_controller = torchrunjob_wiring.new_controller(
+            f,
             self.client,
-            jobs=f.lister_for(TORCHRUNJOBS),
-            queues=f.lister_for(TORCHRUNQUEUES),
-            worker_jobs=f.lister_for(JOBS, label_selector=owned),
-            services=f.lister_for(SERVICES, label_selector=owned),
-            pods=f.lister_for(PODS, label_selector=owned),
-            recorder=self.recorder,
+            self.recorder,
             options=Options(autoclean=opts.autoclean, restart_limit=opts.restart_limit),
-            metrics=metrics,
-        )
-        queue_reconciler = TorchrunQueueReconciler(
-            self.client, queues=f.lister_for(TORCHRUNQUEUES), jobs=f.lister_for(TORCHRUNJOBS)
-        )
-        self.job_controller = Controller(
-            "torchrunjob",
-            job_reconciler,
-            RateLimitingQueue(
-                default_controller_rate_limiter(), name="torchrunjob", metrics_provider=provider
-            ),
             threadiness=opts.threadiness,
             metrics=metrics,
+            metrics_provider=provider,
         )
-        self.queue_controller = Controller(
-            "torchrunqueue",
-            queue_reconciler,
-            RateLimitingQueue(
-                default_controller_rate_limiter(), name="torchrunqueue", metrics_provider=provider
-            ),
-            threadiness=1,
-            metrics=metrics,
+        self.queue_controller = torchrunqueue_wiring.new_controller(
+            f, self.client, metrics=metrics, metrics_provider=provider
         )
+        owned = {**torchrunjob_wiring.owned_listers(f), PVCS: f.lister_for(PVCS, label_selector=JOB_LABEL)}
         self.gc = GarbageCollector(
             self.client,
             f.lister_for(TORCHRUNJOBS),
             TORCHRUNJOBS,
-            {res: f.lister_for(res, label_selector=owned) for res in (JOBS, SERVICES, PODS, PVCS)},
+            owned,
             interval=opts.gc_interval,
             metrics=metrics,
         )
         metrics.registry.register(JobsCollector(f.lister_for(TORCHRUNJOBS)))
-        self._wire()
         self.synced = threading.Event()
-
-    def _wire(self) -> None:
-        jobs, queues = self.job_controller, self.queue_controller
-
-        def job_changed(obj: Obj) -> None:
-            meta = obj["metadata"]
-            jobs.enqueue(f"{meta['namespace']}/{meta['name']}")
-            queue = (obj.get("spec") or {}).get("jobQueue")
-            if queue:
-                # job counts only: coalesce a burst of job changes into one queue status write
-                queues.enqueue_after(queue, QUEUE_COUNTS_DELAY)
-
-        def queue_changed(obj: Obj) -> None:
-            name = obj["metadata"]["name"]
-            queues.enqueue(name)
-            for job in self.jobs_informer.indexer.by_index(QUEUE_INDEX, name):
-                jobs.enqueue(f"{job['metadata']['namespace']}/{job['metadata']['name']}")
-
-        def owned_changed(obj: Obj) -> None:
-            meta = obj["metadata"]
-            owner = (meta.get("labels") or {}).get(JOB_LABEL)
-            if owner:
-                jobs.enqueue(f"{meta['namespace']}/{owner}")
-
-        self.jobs_informer.add_event_handler(_on_any(job_changed))
-        self.queues_informer.add_event_handler(_on_any(queue_changed))
-        for res, informer in self.owned.items():
-            if res != PVCS:
-                informer.add_event_handler(_on_any(owned_changed))
 
     def run(self, stop: threading.Event) -> None:
         self.factory.start(stop)
         synced = self.factory.wait_for_cache_sync(300)
+        if stop.is_set():
+            return  # shut down while waiting: start nothing
         if not all(synced.values()):
-            raise RuntimeError(f"caches did not sync: {synced}")
+            missing = sorted(name for name, ok in synced.items() if not ok)
+            raise RuntimeError(f"caches did not sync within 300s: {', '.join(missing)}")
         self.synced.set()
         log.info("caches synced", informers=sorted(synced))
         self.queue_controller.run()
@@ -171,8 +104,14 @@ class App:
         self.gc.start(stop)
 
     def shutdown(self) -> None:
-        self.job_controller.shutdown()
-        self.queue_controller.shutdown()
+        """Stop both controllers taking keys at once, let in-flight reconciles finish, then stop
+        the informers and flush the pending Events."""
+        controllers = (self.job_controller, self.queue_controller)
+        drains = [threading.Thread(target=c.shutdown, name=f"drain-{c.name}") for c in controllers]
+        for t in drains:
+            t.start()
+        for t in drains:
+            t.join()
         self.factory.shutdown()
         self.recorder.shutdown()
 
@@ -193,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # bad kubeconfig and the like: one clear line
         print(f"torchrun-controller: {exc}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    lost = threading.Event()
+    stop = threading.Event()  # SIGTERM/SIGINT, or start-up failed: stop the controllers
+    failed = threading.Event()
     elector: LeaderElector | None = None
+    elector_thread: threading.Thread | None = None
+    released = threading.Event()  # the controllers are stopped: give the Lease up
 
     def ready() -> bool:
         # a standby replica is ready (it serves its purpose: waiting); a leader once synced
@@ -213,52 +154,69 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if opts.leader_elect:
-        ns = opts.leader_elect_namespace or current_namespace(opts.kubeconfig)
-        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-        def lost_lease() -> None:
-            if not stop.is_set():
-                lost.set()
-                stop.set()
-
+        identity = opts.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        # every request names this replica (audit logs tell replicas apart)
+        app.client.user_agent = f"{app.client.user_agent}/{identity}"
         elector = LeaderElector(
-            app.client,
+            # its own pool and rate limiter: a renewal never queues behind reconcile traffic
+            RESTClient(
+                load_config(opts.kubeconfig), pool_size=2, metrics=metrics, user_agent=app.client.user_agent
+            ),
             LeaderElectionConfig(
                 lease_name="torchrun-controller",
-                namespace=ns,
+                namespace=opts.leader_elect_namespace or current_namespace(opts.kubeconfig),
                 identity=identity,
                 lease_duration=opts.lease_duration,
                 renew_deadline=opts.renew_deadline,
                 retry_period=opts.retry_period,
-                on_started_leading=lambda: _run_or_stop(app, stop),
-                on_stopped_leading=lost_lease,
+                on_started_leading=lambda: _run_or_stop(app, stop, failed),
+                on_stopped_leading=lambda: None if released.is_set() else _exit_lost_lease(),
             ),
             metrics,
         )
-        threading.Thread(target=elector.run, args=(stop,), name="leader-election", daemon=True).start()
+        # no write leaves this process unless the Lease is provably still ours
+        app.client.write_fence = elector.may_write
+        elector_thread = threading.Thread(
+            target=elector.run, args=(released,), name="leader-election", daemon=True
+        )
+        elector_thread.start()
     else:
-        threading.Thread(target=_run_or_stop, args=(app, stop), name="startup", daemon=True).start()
+        threading.Thread(target=_run_or_stop, args=(app, stop, failed), name="startup", daemon=True).start()
     stop.wait()
-    # drain what the workers hold, but never hang the pod's termination on it
+    # stop taking keys and let the reconciles in flight finish (still leading, still renewing),
+    # but never hang the pod's termination on them
     closer = threading.Thread(target=app.shutdown, name="shutdown", daemon=True)
     closer.start()
     closer.join(SHUTDOWN_TIMEOUT)
     if closer.is_alive():
         log.warning("shutdown did not finish in time; exiting anyway", timeout=SHUTDOWN_TIMEOUT)
+    if elector_thread is not None:
+        released.set()  # only now: the fence closes, then the Lease is released
+        elector_thread.join(2 * opts.renew_deadline)
     for s in servers:
         s.shutdown()
-    if lost.is_set():
-        log.error("leader election lost; exiting so a restart makes this replica a candidate again")
-        return 1
-    return 0
+    return 1 if failed.is_set() else 0
 
 
-def _run_or_stop(app: App, stop: threading.Event) -> None:
+def _run_or_stop(app: App, stop: threading.Event, failed: threading.Event) -> None:
+    if stop.is_set():
+        return  # won the Lease while shutting down: start nothing, it is released next
     try:
         app.run(stop)
-    except Exception:
-        log.exception("start-up failed")
-        stop.set()
+    except Exception as exc:
+        if not stop.is_set():
+            log.error("start-up failed", error=str(exc))
+            failed.set()
+            stop.set()
+
+
+def _exit_lost_lease() -> None:
+    """Like client-go controllers (klog.Fatalf in OnStoppedLeading): stop at once, exit 1, so a
+    restart makes this replica a candidate again. The write fence already refuses every write."""
+    log.error("leader election lost; exiting")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 if __name__ == "__main__":

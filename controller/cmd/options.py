@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from controller.log import LEVELS
 
@@ -23,6 +24,7 @@ class ControllerOptions:
     health_addr: str
     leader_elect: bool
     leader_elect_namespace: str
+    leader_elect_identity: str
     lease_duration: float
     renew_deadline: float
     retry_period: float
@@ -96,6 +98,11 @@ def parser() -> argparse.ArgumentParser:
         help="namespace of the Lease (default: the pod's namespace, else default)",
     )
     p.add_argument(
+        "--leader-elect-identity",
+        default="",
+        help="this replica's name in the Lease and its API user agent (default: hostname_random)",
+    )
+    p.add_argument(
         "--leader-elect-lease-duration", dest="lease_duration", type=_positive(float), default=15.0
     )
     p.add_argument(
@@ -114,16 +121,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str] | None = None) -> ControllerOptions:
+    """Parse and check `argv`; a bad value exits 2 with one line on stderr."""
     p = parser()
     ns = p.parse_args(argv)
+
+    def fail(message: str) -> NoReturn:
+        p.exit(2, f"{p.prog}: error: {message}\n")  # one line: the usage is not the problem
+
     if not 0 < ns.max_load_desired <= 1:
-        p.error("--max-load-desired must be in (0, 1]")
+        fail("--max-load-desired must be in (0, 1]")
     if ns.restart_limit < 0:
-        p.error("--restart-limit must be >= 0")
+        fail("--restart-limit must be >= 0")
     if ns.resync_period < 0:
-        p.error("--resync-period must be >= 0")
-    if not ns.lease_duration > ns.renew_deadline > ns.retry_period:
-        p.error(
-            "need --leader-elect-lease-duration > --leader-elect-renew-deadline > --leader-elect-retry-period"
+        fail("--resync-period must be >= 0")
+    # client-go's rules: the deadline fits in the lease, and a jittered retry fits in the deadline
+    if not ns.lease_duration > ns.renew_deadline > 1.2 * ns.retry_period:
+        fail(
+            "need --leader-elect-lease-duration > --leader-elect-renew-deadline"
+            " > 1.2 * --leader-elect-retry-period"
+            f" (got {ns.lease_duration:g}, {ns.renew_deadline:g}, {ns.retry_period:g})"
         )
     return ControllerOptions(**vars(ns))

@@ -1,37 +1,69 @@
-"""GarbageCollector: every `interval` seconds, delete what our jobs left behind.
+"""GarbageCollector: every `interval` seconds, delete what our jobs provably left behind.
 
-- Jobs, pods, Services and PVCs labelled `torchrun-job-name=<job>` whose TorchrunJob does not
-  exist. The cache says who might be an orphan; a GET on the API confirms it before anything is
-  deleted, so a job that was just created (and is not in our cache yet) is never harmed.
-- PVCs labelled `torchrun.ai/persist=true` (persisted checkpoints) are user data: never deleted.
-- Pods whose deletion is overdue (`deletionTimestamp` + `stuck_after` in the past, e.g. on a lost
-  node) are force-deleted with a zero grace period.
-Reads come from the informer caches; every deletion is counted in `torchrun_gc_deletions_total`.
+What it deletes, and the proof it demands first (SPEC §7, §11 — a label is never proof):
+- **Orphans**: Jobs, pods, Services and PVCs whose controller owner reference names a TorchrunJob
+  (directly, or through a batch Job that a TorchrunJob controls) whose UID no longer exists. The
+  cache says who might be an orphan; a GET confirms it before anything is deleted (absent, or
+  present under a new UID: re-created with the same name), so a job that is not in our cache yet
+  is never harmed. Every DELETE carries a UID precondition.
+- **Stuck pods** of ours: deletion overdue by `stuck_after` seconds, no finalizers holding them,
+  and a node that is gone, NotReady for `node_lost_after` seconds, or tainted out-of-service —
+  force-deleted (grace period 0). A pod on a healthy node is left to its kubelet.
+Never deleted: objects with no controller owner reference (whatever their labels), persisted
+checkpoints (`torchrun.ai/persist=true`), objects another controller owns. Pods whose worker Job
+is already gone stay provable while this process remembers that Job was ours; after a restart
+they are left to Kubernetes' own pod garbage collector.
+Reads come from the informer caches (nodes by GET, only for overdue pods); each object deleted is
+counted once in `torchrun_gc_deletions_total{resource}`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import structlog
 
+from controller.api import GROUP, JOB_KIND, PERSIST_LABEL
 from controller.cache import Lister
+from controller.meta import controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
+from controller.rest.resources import JOBS, NODES, PODS, Resource
 
 log = structlog.get_logger("gc")
 
-JOB_LABEL = "torchrun-job-name"
-PERSIST_LABEL = "torchrun.ai/persist"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The TorchrunJob an object provably belongs to: namespace, name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 def _parse_time(value: str) -> float:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def _torchrunjob_ref(ref: Mapping[str, Any] | None) -> bool:
+    return (
+        ref is not None
+        and ref.get("kind") == JOB_KIND
+        and str(ref.get("apiVersion", "")).split("/")[0] == GROUP
+    )
+
+
+def _batch_job_ref(ref: Mapping[str, Any] | None) -> bool:
+    return ref is not None and ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
 
 
 class GarbageCollector:
@@ -44,6 +76,7 @@ class GarbageCollector:
         *,
         interval: float = 60.0,
         stuck_after: float = 60.0,
+        node_lost_after: float = 60.0,
         metrics: ControllerMetrics | None = None,
     ) -> None:
         self.client = client
@@ -52,7 +85,10 @@ class GarbageCollector:
         self.owned = owned
         self.interval = interval
         self.stuck_after = stuck_after
+        self.node_lost_after = node_lost_after
         self.metrics = metrics or client.metrics
+        # batch Job UID → the TorchrunJob that controlled it, remembered past the Job's deletion
+        self._worker_jobs: dict[str, Owner] = {}
         self._thread: threading.Thread | None = None
 
     def start(self, stop: threading.Event) -> None:
@@ -67,43 +103,122 @@ class GarbageCollector:
                 log.exception("garbage collection pass failed")
 
     def collect(self, now: float | None = None) -> int:
-        """One pass; returns how many objects were deleted."""
+        """One pass; returns how many objects were deleted (each one counted once)."""
         now = datetime.now(timezone.utc).timestamp() if now is None else now
+        self._remember_worker_jobs()
+        gone: dict[Owner, bool] = {}
+        nodes: dict[str, str | None] = {}
         deleted = 0
-        confirmed_gone: dict[str, bool] = {}
         for resource, lister in self.owned.items():
             for obj in lister.list():
-                if (self._is_orphan(obj, confirmed_gone) and self._delete(resource, obj, "orphan")) or (
-                    resource.plural == "pods"
-                    and self._stuck(obj, now)
-                    and self._delete(resource, obj, "stuck-terminating", grace=0)
-                ):
-                    deleted += 1
+                owner = self.owner_of(obj)
+                if owner is None or _persisted(obj):
+                    continue
+                if not obj["metadata"].get("deletionTimestamp"):
+                    if self._owner_gone(owner, gone) and self._delete(resource, obj, "orphan"):
+                        deleted += 1
+                elif resource == PODS:
+                    why = self._stuck_why(obj, now, nodes)
+                    if why and self._delete(resource, obj, f"stuck terminating: {why}", grace=0):
+                        deleted += 1
         return deleted
 
-    def _is_orphan(self, obj: Mapping[str, Any], confirmed_gone: dict[str, bool]) -> bool:
-        meta = obj["metadata"]
-        labels = meta.get("labels") or {}
-        job = labels.get(JOB_LABEL)
-        if not job or meta.get("deletionTimestamp") or labels.get(PERSIST_LABEL) == "true":
-            return False
-        ns = meta.get("namespace", "")
-        if self.job_lister.get(job, ns) is not None:
-            return False
-        key = f"{ns}/{job}"
-        if key not in confirmed_gone:
-            try:
-                self.client.get(self.job_resource, job, ns)
-                confirmed_gone[key] = False
-            except ApiError as exc:
-                confirmed_gone[key] = exc.not_found
-        return confirmed_gone[key]
+    # -- proof of ownership ----------------------------------------------------------------------
 
-    def _stuck(self, obj: Mapping[str, Any], now: float) -> bool:
-        ts = obj["metadata"].get("deletionTimestamp")
-        return bool(ts) and now > _parse_time(ts) + self.stuck_after
+    def owner_of(self, obj: Obj) -> Owner | None:
+        """The TorchrunJob that controls `obj`, directly or through its worker Job; else None."""
+        ns = obj["metadata"].get("namespace", "")
+        ref = controller_of(obj)
+        if _torchrunjob_ref(ref):
+            assert ref is not None
+            return Owner(ns, ref["name"], ref["uid"])
+        if _batch_job_ref(ref):
+            assert ref is not None
+            worker = self.owned.get(JOBS)
+            job = worker.get(ref["name"], ns) if worker is not None else None
+            if job is not None and job["metadata"].get("uid") == ref["uid"]:
+                return self._job_owner(job)
+            return self._worker_jobs.get(ref["uid"])
+        return None
 
-    def _delete(self, resource: Resource, obj: Mapping[str, Any], why: str, grace: int | None = None) -> bool:
+    def _job_owner(self, job: Obj) -> Owner | None:
+        ref = controller_of(job)
+        if not _torchrunjob_ref(ref):
+            return None
+        assert ref is not None
+        return Owner(job["metadata"].get("namespace", ""), ref["name"], ref["uid"])
+
+    def _remember_worker_jobs(self) -> None:
+        lister = self.owned.get(JOBS)
+        if lister is None:
+            return
+        seen: dict[str, Owner] = {}
+        for job in lister.list():
+            owner = self._job_owner(job)
+            if owner is not None:
+                seen[job["metadata"]["uid"]] = owner
+        # keep what we learned about Jobs already deleted while pods of theirs are still cached
+        pod_lister = self.owned.get(PODS)
+        live_refs = {
+            ref["uid"] for ref in (controller_of(p) for p in (pod_lister.list() if pod_lister else ())) if ref
+        }
+        kept = {uid: o for uid, o in self._worker_jobs.items() if uid in live_refs}
+        self._worker_jobs = {**kept, **seen}
+
+    def _owner_gone(self, owner: Owner, memo: dict[Owner, bool]) -> bool:
+        """True when no TorchrunJob with the owner's UID exists (confirmed by a GET)."""
+        if owner in memo:
+            return memo[owner]
+        cached = self.job_lister.get(owner.name, owner.namespace)
+        if cached is not None and cached["metadata"].get("uid") == owner.uid:
+            memo[owner] = False
+            return False
+        try:
+            live = self.client.get(self.job_resource, owner.name, owner.namespace)
+            memo[owner] = live["metadata"].get("uid") != owner.uid
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            memo[owner] = True
+        return memo[owner]
+
+    # -- stuck pods --------------------------------------------------------------------------------
+
+    def _stuck_why(self, pod: Obj, now: float, nodes: dict[str, str | None]) -> str | None:
+        meta = pod["metadata"]
+        if meta.get("finalizers"):
+            return None  # whoever holds it must let go first; forcing would not remove it
+        if now <= _parse_time(meta["deletionTimestamp"]) + self.stuck_after:
+            return None
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return None
+        if node not in nodes:
+            nodes[node] = self._node_lost(node, now)
+        return nodes[node]
+
+    def _node_lost(self, name: str, now: float) -> str | None:
+        """Why a node can no longer finish its pods' deletion, or None when it still can."""
+        try:
+            node = self.client.get(NODES, name)
+        except ApiError as exc:
+            if exc.not_found:
+                return f"node {name} is gone"
+            raise
+        spec, status = node.get("spec") or {}, node.get("status") or {}
+        if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in spec.get("taints") or ()):
+            return f"node {name} is tainted {OUT_OF_SERVICE_TAINT}"
+        for cond in status.get("conditions") or ():
+            if cond.get("type") != "Ready" or cond.get("status") == "True":
+                continue
+            since = cond.get("lastTransitionTime")
+            if since and now > _parse_time(since) + self.node_lost_after:
+                return f"node {name} is NotReady since {since}"
+        return None
+
+    # -- the one write ------------------------------------------------------------------------------
+
+    def _delete(self, resource: Resource, obj: Obj, why: str, grace: int | None = None) -> bool:
         meta = obj["metadata"]
         try:
             self.client.delete(
@@ -118,3 +233,7 @@ class GarbageCollector:
             "garbage collected", resource=resource.key, key=f"{meta.get('namespace')}/{meta['name']}", why=why
         )
         return True
+
+
+def _persisted(obj: Obj) -> bool:
+    return ((obj["metadata"].get("labels") or {}).get(PERSIST_LABEL)) == "true"

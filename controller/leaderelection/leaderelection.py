@@ -5,24 +5,32 @@
   `lease_duration` as observed on *our* clock (never the holder's timestamps, so clock skew
   between machines does not matter).
 - Writes carry the Lease's resourceVersion, so two candidates racing for it cannot both win.
-- The leader renews every `retry_period`; if it cannot renew within `renew_deadline` it stops
-  leading (`on_stopped_leading`) — before anyone else may take over (renew_deadline <
-  lease_duration).
-- `release()` on a clean shutdown empties the holder so a successor does not wait out the lease.
+- The leader renews every `retry_period`. Leadership is valid until `renew_deadline` after the
+  moment the last successful acquire/renew *started* (`may_write`, the write fence): another
+  candidate observes that renewal only after it started and then waits `lease_duration` >
+  `renew_deadline`, so no one else can lead while the fence is open — even if this process was
+  frozen for a while (the fence reads the monotonic clock, which keeps running). The margin is
+  `lease_duration - renew_deadline`, for the two machines' clock rates to differ by. Each Lease
+  call is a single try bounded by the time left, so a slow API server cannot stretch a renewal
+  past the deadline; past it, the leader stops leading (`on_stopped_leading`) without sending
+  anything more.
+- When `stop` is set, the fence closes first and then the Lease is released (holder emptied) so a
+  successor does not wait it out.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import structlog
 
+from controller.clock import REAL_CLOCK, Clock
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -45,7 +53,6 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
     on_started_leading: Callable[[], None] = lambda: None
     on_stopped_leading: Callable[[], None] = lambda: None
-    on_new_leader: Callable[[str], None] = field(default=lambda identity: None)
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2:
@@ -54,15 +61,23 @@ class LeaderElectionConfig:
 
 class LeaderElector:
     def __init__(
-        self, client: RESTClient, config: LeaderElectionConfig, metrics: ControllerMetrics | None = None
+        self,
+        client: RESTClient,
+        config: LeaderElectionConfig,
+        metrics: ControllerMetrics | None = None,
+        *,
+        clock: Clock = REAL_CLOCK,
     ):
         self.client = client
         self.config = config
         self.metrics = metrics or client.metrics
+        self.clock = clock
+        self._lease: dict[str, Any] | None = None  # as last read or written
         self._observed_record: dict[str, Any] | None = None
-        self._observed_rv = ""
         self._observed_time = 0.0
         self._leading = threading.Event()
+        # monotonic time at which the last successful acquire/renew request started
+        self._renewed_at = -math.inf
         self._leader = ""
 
     @property
@@ -73,8 +88,15 @@ class LeaderElector:
     def leader(self) -> str:
         return self._leader
 
+    def may_write(self) -> bool:
+        """The write fence: True only while this replica provably holds the Lease."""
+        return self._leading.is_set() and self.clock.now() < self._valid_until()
+
+    def _valid_until(self) -> float:
+        return self._renewed_at + self.config.renew_deadline
+
     def run(self, stop: threading.Event) -> None:
-        """Acquire, lead until the lease is lost or `stop` is set, then return."""
+        """Acquire, lead until the lease is lost or `stop` is set (then release it), and return."""
         if not self._acquire(stop):
             return
         self._leading.set()
@@ -84,7 +106,7 @@ class LeaderElector:
         try:
             self._renew(stop)
         finally:
-            self._leading.clear()
+            self._leading.clear()  # the fence closes before anything else happens
             self.metrics.leader.labels(self.config.lease_name).set(0)
             if stop.is_set():
                 self.release()
@@ -99,93 +121,123 @@ class LeaderElector:
         return False
 
     def _renew(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            deadline = time.monotonic() + self.config.renew_deadline
+        """Renew every `retry_period` until `stop`; return when leadership has run out."""
+        while not stop.wait(self.config.retry_period):
             while not self._try_acquire_or_renew():
-                if time.monotonic() >= deadline or stop.is_set():
-                    if not stop.is_set():
-                        log.warning("failed to renew lease within the deadline", lease=self.config.lease_name)
+                left = self._valid_until() - self.clock.now()
+                if left <= 0:
+                    log.warning("failed to renew lease within the deadline", lease=self.config.lease_name)
                     return
-                stop.wait(self.config.retry_period)
-            stop.wait(self.config.retry_period)
+                if stop.wait(min(self.config.retry_period, left)):
+                    return
 
     def _record(self, now: float, transitions: int, acquire_time: str | None) -> dict[str, Any]:
         return {
             "holderIdentity": self.config.identity,
-            "leaseDurationSeconds": int(self.config.lease_duration),
+            "leaseDurationSeconds": math.ceil(self.config.lease_duration),
             "acquireTime": acquire_time or _micro_time(now),
             "renewTime": _micro_time(now),
             "leaseTransitions": transitions,
         }
 
+    def _budget(self, renewing: bool) -> float:
+        """How long the next Lease call may take: a leader's must end while it still leads."""
+        if renewing:
+            return self._valid_until() - self.clock.now()
+        return self.config.renew_deadline
+
     def _try_acquire_or_renew(self) -> bool:
         cfg = self.config
-        now = time.time()
+        started = self.clock.now()
+        now = self.clock.wall()
+        renewing = self._leading.is_set()
+        if self._budget(renewing) <= 0:
+            return False
         try:
-            lease = self.client.get(LEASES, cfg.lease_name, cfg.namespace)
+            lease = self.client.get(
+                LEASES, cfg.lease_name, cfg.namespace, attempts=1, timeout=self._budget(renewing)
+            )
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("reading lease failed", error=str(exc))
                 return False
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": cfg.lease_name, "namespace": cfg.namespace},
-                "spec": self._record(now, 0, None),
-            }
-            try:
-                created = self.client.create(LEASES, body)
-            except ApiError as cexc:
-                log.debug("creating lease failed", error=str(cexc))
-                return False
-            self._observe(created)
-            return True
-        except Exception as exc:  # connection trouble: not leading this round
+            return self._create(started, now)
+        except Exception as exc:  # connection trouble or a timeout: not leading this round
             log.warning("reading lease failed", error=str(exc))
             return False
         spec = lease.get("spec") or {}
         self._observe(lease)
         holder = spec.get("holderIdentity") or ""
         me = cfg.identity
-        if holder and holder != me and time.monotonic() < self._observed_time + cfg.lease_duration:
-            return False  # someone else holds an unexpired lease
+        if holder and holder != me:
+            if renewing:
+                self._renewed_at = -math.inf  # someone else holds it: stop writing at once
+                return False
+            if self.clock.now() < self._observed_time + cfg.lease_duration:
+                return False  # someone else holds an unexpired lease
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder != me:
             transitions += 1
         acquire = spec.get("acquireTime") if holder == me else None
         lease["spec"] = self._record(now, transitions, acquire)
+        budget = self._budget(renewing)
+        if budget <= 0:
+            return False  # leadership ran out while reading: a late renewal must not be sent
         try:
-            updated = self.client.update(LEASES, lease)
+            updated = self.client.update(LEASES, lease, attempts=1, timeout=budget, fenced=False)
         except Exception as exc:
             log.debug("updating lease failed", error=str(exc))
             return False
         self._observe(updated)
+        self._renewed_at = started
+        return True
+
+    def _create(self, started: float, now: float) -> bool:
+        cfg = self.config
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": cfg.lease_name, "namespace": cfg.namespace},
+            "spec": self._record(now, 0, None),
+        }
+        try:
+            created = self.client.create(
+                LEASES, body, attempts=1, timeout=self._budget(self._leading.is_set()), fenced=False
+            )
+        except Exception as exc:
+            log.debug("creating lease failed", error=str(exc))
+            return False
+        self._observe(created)
+        self._renewed_at = started
         return True
 
     def _observe(self, lease: dict[str, Any]) -> None:
+        self._lease = lease
         spec = lease.get("spec") or {}
-        rv = (lease.get("metadata") or {}).get("resourceVersion", "")
         if spec != self._observed_record:
             self._observed_record = spec
-            self._observed_time = time.monotonic()
-        self._observed_rv = rv
-        holder = spec.get("holderIdentity") or ""
-        if holder != self._leader:
-            self._leader = holder
-            if holder:
-                self.config.on_new_leader(holder)
+            self._observed_time = self.clock.now()
+        self._leader = spec.get("holderIdentity") or ""
 
     def release(self) -> None:
-        """Give the lease up (holder emptied) so a successor need not wait it out."""
-        cfg = self.config
+        """Give the lease up (holder emptied) so a successor need not wait it out.
+
+        The fence closes first: nothing this process sends afterwards is a write. The update
+        carries the resourceVersion we last saw, so it cannot undo a successor's takeover.
+        """
+        self._leading.clear()
+        lease = self._lease
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
+            return
+        released = {**lease, "spec": {**lease["spec"]}}
+        released["spec"].update(
+            {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro_time(self.clock.wall())}
+        )
         try:
-            lease = self.client.get(LEASES, cfg.lease_name, cfg.namespace)
-            if (lease.get("spec") or {}).get("holderIdentity") != cfg.identity:
-                return
-            now = time.time()
-            lease["spec"].update(
-                {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro_time(now)}
+            self._observe(
+                self.client.update(
+                    LEASES, released, attempts=1, timeout=self.config.renew_deadline, fenced=False
+                )
             )
-            self.client.update(LEASES, lease)
         except Exception as exc:
             log.warning("releasing lease failed", error=str(exc))

@@ -2,8 +2,22 @@
 
 Hot paths (informers, reconcilers) get and send `dict`s decoded straight from the response bytes.
 Each call: waits for the client-side token bucket (QPS/burst), sends with a connect+read timeout,
-retries transient failures with tenacity (connection errors, 429 and 5xx, honouring Retry-After;
-never 4xx), and records `rest_client_requests_total{verb,resource,code}` and its latency.
+retries what is safe to retry (below) with tenacity, and records
+`rest_client_requests_total{verb,resource,code}` and its latency.
+
+What is retried (`is_retryable`, mirroring client-go's rest/request.go `request` and
+with_retry.go `IsNextRetry`/`checkWait`):
+- 429 or 5xx *with* a Retry-After header, for any verb, after that many seconds (capped at 30):
+  the server says the request was not acted on and asks us to come back.
+- Reads (GET) only: connection errors (refused, reset, closed mid-response) and 5xx without
+  Retry-After (not 501), after a short jittered exponential delay. client-go retries neither
+  without Retry-After except resets/EOF on GET; a GET is idempotent, so retrying it is harmless.
+- Nothing else. A write (POST/PUT/PATCH/DELETE) that met a connection error, or a 5xx/429
+  without Retry-After, may have reached the server and been applied; it is never sent again here:
+  the error goes to the caller, whose reconcile re-reads and decides (a rate-limited requeue).
+  Read timeouts are not retried either: the attempt already used its whole time budget.
+With a `write_fence` (leader election), every write asks it right before it would be sent and,
+refused, raises `LeadershipLostError` having sent nothing: a replica that lost the Lease cannot write.
 Watches stream newline-delimited JSON events; they are not retried here (the reflector owns
 that decision) but still pass through the rate limiter and metrics.
 """
@@ -14,7 +28,7 @@ import json
 import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlencode
@@ -26,10 +40,15 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from controller.flowcontrol import TokenBucket
 from controller.metrics.registry import ControllerMetrics
-from controller.rest.errors import ApiError
+from controller.rest.errors import ApiError, LeadershipLostError
 from controller.rest.resources import Resource
 
 FIELD_MANAGER = "torchrun-controller"
+# The longest silence a watch with bookmarks may have before we call its connection dead.
+# kube-apiserver's watch cache sends each such watch a BOOKMARK about every 60 s (and 2 s before
+# the server-side timeout), so 2 minutes leaves a full missed bookmark of margin. client-go gets
+# the same guarantee from HTTP/2 pings (30 s idle + 15 s ping timeout); we speak HTTP/1.1.
+WATCH_READ_TIMEOUT = 120.0
 
 _PATCH_TYPES = {
     "merge": "application/merge-patch+json",
@@ -52,10 +71,13 @@ class WatchEvent:
     object: dict[str, Any]
 
 
-def _retryable(exc: BaseException) -> bool:
+def is_retryable(method: str, exc: BaseException) -> bool:
+    """May a request with this HTTP method that failed with `exc` be sent again? (module doc)"""
     if isinstance(exc, ApiError):
-        return exc.transient
-    return isinstance(exc, _CONNECTION_ERRORS)
+        if exc.retry_after is not None and (exc.status == 429 or exc.status >= 500):
+            return True
+        return method == "GET" and exc.status >= 500 and exc.status != 501
+    return method == "GET" and isinstance(exc, _CONNECTION_ERRORS)
 
 
 class RESTClient:
@@ -70,6 +92,8 @@ class RESTClient:
         max_attempts: int = 5,
         metrics: ControllerMetrics | None = None,
         user_agent: str = "torchrun-controller",
+        write_fence: Callable[[], bool] | None = None,
+        watch_read_timeout: float = WATCH_READ_TIMEOUT,
     ) -> None:
         configuration.connection_pool_maxsize = pool_size
         self.configuration = configuration
@@ -77,9 +101,12 @@ class RESTClient:
         self._pool = RESTClientObject(configuration).pool_manager
         self._limiter = TokenBucket(qps, burst)
         self.timeout = timeout
+        self.watch_read_timeout = watch_read_timeout
         self.max_attempts = max_attempts
         self.metrics = metrics or ControllerMetrics()
         self.user_agent = user_agent
+        # asked right before each write is sent; False means "not the leader": send nothing
+        self.write_fence = write_fence
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -105,6 +132,8 @@ class RESTClient:
         content_type: str | None = None,
         stream: bool = False,
         read_timeout: float | None = None,
+        timeout: float | None = None,
+        fenced: bool = True,
     ) -> urllib3.BaseHTTPResponse:
         waited = self._limiter.accept()
         self.metrics.rest_rate_limiter_wait.labels(verb).observe(waited)
@@ -113,6 +142,8 @@ class RESTClient:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         if data is not None and content_type is None:
             content_type = "application/json"
+        if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
+            raise LeadershipLostError(verb, path)
         started = time.perf_counter()
         code = "<error>"
         try:
@@ -121,7 +152,9 @@ class RESTClient:
                 url,
                 body=data,
                 headers=self._headers(content_type),
-                timeout=urllib3.Timeout(connect=10.0, read=read_timeout or self.timeout),
+                timeout=urllib3.Timeout(total=timeout)
+                if timeout is not None
+                else urllib3.Timeout(connect=10.0, read=read_timeout or self.timeout),
                 preload_content=not stream,
                 retries=False,
             )
@@ -133,17 +166,15 @@ class RESTClient:
             payload = resp.read() if stream else resp.data
             if stream:
                 resp.release_conn()
-            err = ApiError(resp.status, payload, verb, path)
-            retry_after = resp.headers.get("Retry-After")
-            err.retry_after = float(retry_after) if retry_after and retry_after.isdigit() else None  # type: ignore[attr-defined]
-            raise err
+            hint = resp.headers.get("Retry-After")  # seconds only, as client-go parses it
+            retry_after = float(hint) if hint and hint.isdigit() else None
+            raise ApiError(resp.status, payload, verb, path, retry_after=retry_after)
         return resp
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        hinted = getattr(exc, "retry_after", None)
-        if isinstance(hinted, float):
-            return min(hinted, 30.0)
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            return min(exc.retry_after, 30.0)
         return float(min(5.0, 0.1 * 2 ** (state.attempt_number - 1)) * (1 + random.random()))
 
     def request(
@@ -156,22 +187,38 @@ class RESTClient:
         params: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        attempts: int | None = None,
+        timeout: float | None = None,
+        fenced: bool = True,
     ) -> dict[str, Any]:
-        """One JSON request with retries for transient failures; returns the decoded body."""
+        """One JSON request with retries for transient failures; returns the decoded body.
+
+        `attempts` overrides the client's retry budget (1: a single try) and `timeout` bounds
+        each try as a whole, connect included; `fenced=False` bypasses the write fence (only for
+        the leader elector's own Lease writes).
+        """
 
         def attempt_log(state: RetryCallState) -> None:
             self.metrics.rest_retries.labels(verb, resource).inc()
 
         for attempt in Retrying(
-            retry=retry_if_exception(_retryable),
-            stop=stop_after_attempt(self.max_attempts),
+            retry=retry_if_exception(lambda exc: is_retryable(method, exc)),
+            stop=stop_after_attempt(attempts or self.max_attempts),
             wait=self._wait,
             before_sleep=attempt_log,
             reraise=True,
         ):
             with attempt:
                 resp = self._send(
-                    verb, method, path, resource, params=params, body=body, content_type=content_type
+                    verb,
+                    method,
+                    path,
+                    resource,
+                    params=params,
+                    body=body,
+                    content_type=content_type,
+                    timeout=timeout,
+                    fenced=fenced,
                 )
         payload = resp.data
         out: dict[str, Any] = json.loads(payload) if payload else {}
@@ -180,9 +227,17 @@ class RESTClient:
     # -- verbs ------------------------------------------------------------------------------
 
     def get(
-        self, res: Resource, name: str, namespace: str | None = None, subresource: str | None = None
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        *,
+        attempts: int | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
-        return self.request("get", "GET", res.path(namespace, name, subresource), res.key)
+        path = res.path(namespace, name, subresource)
+        return self.request("get", "GET", path, res.key, attempts=attempts, timeout=timeout)
 
     def list(
         self,
@@ -210,10 +265,22 @@ class RESTClient:
         obj: dict[str, Any],
         namespace: str | None = None,
         field_manager: str = FIELD_MANAGER,
+        *,
+        attempts: int | None = None,
+        timeout: float | None = None,
+        fenced: bool = True,
     ) -> dict[str, Any]:
         ns = namespace or obj.get("metadata", {}).get("namespace")
         return self.request(
-            "create", "POST", res.path(ns), res.key, params={"fieldManager": field_manager}, body=obj
+            "create",
+            "POST",
+            res.path(ns),
+            res.key,
+            params={"fieldManager": field_manager},
+            body=obj,
+            attempts=attempts,
+            timeout=timeout,
+            fenced=fenced,
         )
 
     def update(
@@ -222,11 +289,25 @@ class RESTClient:
         obj: dict[str, Any],
         subresource: str | None = None,
         field_manager: str = FIELD_MANAGER,
+        *,
+        attempts: int | None = None,
+        timeout: float | None = None,
+        fenced: bool = True,
     ) -> dict[str, Any]:
         meta = obj["metadata"]
         path = res.path(meta.get("namespace"), meta["name"], subresource)
         verb = "update" if subresource is None else f"update/{subresource}"
-        return self.request(verb, "PUT", path, res.key, params={"fieldManager": field_manager}, body=obj)
+        return self.request(
+            verb,
+            "PUT",
+            path,
+            res.key,
+            params={"fieldManager": field_manager},
+            body=obj,
+            attempts=attempts,
+            timeout=timeout,
+            fenced=fenced,
+        )
 
     def update_status(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         return self.update(res, obj, subresource="status")
@@ -308,8 +389,14 @@ class RESTClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> WatchStream:
-        """Open a watch. The client's read timeout is a little longer than the server's, so a dead
-        connection raises instead of hanging; `WatchStream.stop()` interrupts it from any thread."""
+        """Open a watch; `WatchStream.stop()` interrupts it from any thread.
+
+        `timeout_seconds` is the server's: it ends the watch normally. Independently, a connection
+        silent for `watch_read_timeout` (no event, no bookmark) raises `ReadTimeoutError`, so a dead
+        connection is noticed within about two minutes rather than after the server timeout.
+        Without bookmarks an idle watch is legitimately silent, so the read timeout is then the
+        server's plus 30 s.
+        """
         params = {
             "watch": "true",
             "resourceVersion": resource_version,
@@ -325,7 +412,7 @@ class RESTClient:
             res.key,
             params=params,
             stream=True,
-            read_timeout=timeout_seconds + 30,
+            read_timeout=self.watch_read_timeout if allow_bookmarks else timeout_seconds + 30,
         )
         return WatchStream(resp)
 

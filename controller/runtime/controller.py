@@ -1,11 +1,13 @@
 """Controller: sample-controller's loop with a pool of worker threads.
 
 Each worker: `key = queue.get()` → `reconcile(key)` → on success `forget` (and `add_after` if the
-result asks for a requeue), on `PermanentError` `forget` (the reconciler has already reported it
+result asks for a timed requeue; `add_rate_limited` without `forget` if it asks for a backed-off
+one), on `PermanentError` `forget` (the reconciler has already reported it
 in a condition), on any other exception `add_rate_limited` → always `done`. The queue guarantees a
 key is never reconciled by two workers at once. An exception never kills a worker; it is logged
 with the key, counted, and the key retried with backoff. `run()` starts workers only after the
-given caches have synced, and `shutdown()` drains the queue and joins the workers.
+given caches have synced. `shutdown()` stops handing out keys at once — keys still queued are left
+for the next leader — lets the reconciles in flight finish, and joins the workers.
 """
 
 from __future__ import annotations
@@ -27,9 +29,16 @@ log = structlog.get_logger("controller")
 
 @dataclass(frozen=True)
 class Result:
-    """What a reconcile asks for besides success: a requeue after `requeue_after` seconds."""
+    """What a reconcile asks for besides success (controller-runtime's `Result`).
+
+    `requeue_after`: come back after exactly that many seconds (a timer: TTL, deadline).
+    `requeue`: come back with the rate limiter's per-key backoff — for a state only a human or
+    another controller can change and that no watch event announces (a name taken by a foreign
+    object); the backoff grows while the state persists and resets once a pass ends without it.
+    """
 
     requeue_after: float | None = None
+    requeue: bool = False
 
 
 class Reconciler(Protocol):
@@ -52,6 +61,7 @@ class Controller:
         self.threadiness = threadiness
         self.metrics = metrics or ControllerMetrics()
         self._workers: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
@@ -76,6 +86,11 @@ class Controller:
     def process_next_work_item(self) -> bool:
         key, shutdown = self.queue.get()
         if shutdown or key is None:
+            return False
+        if self._stopping.is_set():
+            # the queue still hands out what it holds after shutdown (as client-go's does); a
+            # stopping controller takes no new key — whoever leads next reconciles it
+            self.queue.done(key)
             return False
         active = self.metrics.active_workers.labels(self.name)
         active.inc()
@@ -124,6 +139,10 @@ class Controller:
                 exc_info=True,
             )
             return
+        if result is not None and result.requeue:
+            self.queue.add_rate_limited(key)
+            self.metrics.reconcile_total.labels(self.name, "requeue").inc()
+            return
         self.queue.forget(key)
         if result is not None and result.requeue_after is not None:
             self.queue.add_after(key, max(result.requeue_after, 0.0))
@@ -133,7 +152,8 @@ class Controller:
         log.debug("reconciled", controller=self.name, key=key)
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop taking new work, let workers finish what they hold, and join them."""
+        """Stop taking new keys (even queued ones), let workers finish what they hold, join them."""
+        self._stopping.set()
         self.queue.shut_down_with_drain()
         for t in self._workers:
             t.join(timeout)

@@ -13,11 +13,11 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 import structlog
 
+from controller.clock import utc_now
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS
@@ -29,7 +29,7 @@ WARNING = "Warning"
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:

@@ -2,8 +2,8 @@
 
 `update_status` compares the new status with the cached one (the cache holds frozen tuples, the
 new status plain JSON lists, so it compares against a thawed copy), PUTs the status subresource
-with the cached resourceVersion when they differ, turns a 409 into a `TransientError` that
-requeues at once (the next pass reads the fresh object), and ignores an object deleted meanwhile.
+with the cached resourceVersion when they differ, turns a 409 into a `TransientError` retried
+through the rate limiter (the next pass reads the fresh object), and ignores an object deleted meanwhile.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def update_status(
         client.update_status(resource, body)
     except ApiError as exc:
         if exc.conflict:
-            raise TransientError(f"{resource.kind} status conflict; retrying on a fresh read", 0.0) from exc
+            # rate-limited: the watch event of whoever wrote first brings the fresh object
+            raise TransientError(f"{resource.kind} status conflict; retrying on a fresh read") from exc
         if exc.not_found:
             return False
         raise

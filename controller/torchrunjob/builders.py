@@ -16,6 +16,9 @@ from typing import Any
 
 from controller.api import (
     JOB_KIND,
+    JOB_LABEL,
+    QUEUE_LABEL,
+    ROLE_LABEL,
     EnvVar,
     JobTopology,
     Overridable,
@@ -28,9 +31,6 @@ from controller.api.resources import controller_reference
 from controller.torchrunjob.launch import ParsedCommand, Rendezvous, torchrun_args
 from controller.torchrunjob.scheduling import apply_scheduler
 
-JOB_LABEL = "torchrun-job-name"
-ROLE_LABEL = "torchrun.ai/role"
-QUEUE_LABEL = "torchrun.ai/queue"
 RESTART_ANNOTATION = "torchrun.ai/restart"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "torchrun"

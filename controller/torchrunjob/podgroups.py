@@ -37,9 +37,10 @@ from typing import Any
 
 import structlog
 
-from controller.api import JobTopology, Overridable, Scheduler, TorchrunJob, TorchrunQueue
+from controller.api import JOB_KIND, JobTopology, Overridable, Scheduler, TorchrunJob, TorchrunQueue
 from controller.cache import Lister
 from controller.errors import TransientError
+from controller.meta import controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
@@ -171,8 +172,8 @@ class PodGroups:
                 raise
             self._create(job, resource, desired)
             return
-        if not _owned_by(existing, job.metadata.uid):
-            if _owned_by_kind(existing, "TorchrunJob"):
+        if not is_controlled_by(existing, job.metadata.uid):
+            if _controlled_by_kind(existing, JOB_KIND):
                 raise TransientError(
                     f"{resource.key} {job.namespace}/{name} belongs to an earlier job of that name "
                     "and is being deleted",
@@ -202,7 +203,7 @@ class PodGroups:
 
     def _follow_suspend(self, job: TorchrunJob) -> None:
         worker = self.worker_jobs.get(job.name, job.namespace) if self.worker_jobs else None
-        if worker is None or not _owned_by(worker, job.metadata.uid):
+        if worker is None or not is_controlled_by(worker, job.metadata.uid):
             return
         if not job.spec.suspend and not (worker.get("spec") or {}).get("suspend"):
             return  # admitted and running: nothing to mirror
@@ -227,9 +228,6 @@ class PodGroups:
         return items
 
 
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ())
-
-
-def _owned_by_kind(obj: Mapping[str, Any], kind: str) -> bool:
-    return any(ref.get("kind") == kind for ref in obj["metadata"].get("ownerReferences") or ())
+def _controlled_by_kind(obj: Mapping[str, Any], kind: str) -> bool:
+    ref = controller_of(obj)
+    return ref is not None and ref.get("kind") == kind

@@ -35,8 +35,6 @@ COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_SCHEDULER_NAME = "volcano"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 
-GANG_SCHEDULERS = frozenset({Scheduler.KAI, Scheduler.COSCHEDULING, Scheduler.VOLCANO})
-
 
 def pod_group_name(job: TorchrunJob) -> str:
     """The job's PodGroup: one per job, named after it, kept across whole-job restarts."""
@@ -70,8 +68,3 @@ def apply_scheduler(
 def creates_suspended(queue: TorchrunQueue) -> bool:
     """Kueue admits a Job by unsuspending it, so the Job must start suspended."""
     return queue.spec.scheduling.scheduler == Scheduler.KUEUE
-
-
-def needs_pod_group(queue: TorchrunQueue) -> bool:
-    """Whether the queue's scheduler gang-schedules through a PodGroup the controller creates."""
-    return queue.spec.scheduling.scheduler in GANG_SCHEDULERS

@@ -6,20 +6,30 @@ Succeeded, Suspended, Running, Syncing (workspace not ready yet but being prepar
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from controller.api import Condition, JobConditionType, JobPhase, WorkerCounts, find_condition, is_true
+from controller.api import (
+    Condition,
+    InvalidObjectError,
+    JobConditionType,
+    JobPhase,
+    TorchrunJob,
+    TorchrunJobStatus,
+    WorkerCounts,
+    find_condition,
+    from_json,
+    is_true,
+    set_condition,
+    to_json,
+)
+from controller.cache import thaw
 
 # Job failure reasons that come from a FailJob rule of our podFailurePolicy: permanent exit codes
 PERMANENT_FAILURE_REASONS = frozenset({"PodFailurePolicy"})
-
-
-def now() -> datetime:
-    """Wall-clock now at the API's precision (seconds), so unchanged status compares equal."""
-    return datetime.now(timezone.utc).replace(microsecond=0)
 
 
 def phase_of(conditions: Sequence[Condition]) -> JobPhase:
@@ -97,3 +107,60 @@ def changed_conditions(old: Sequence[Condition], new: Sequence[Condition]) -> li
         if prev is None or prev.status != cond.status or prev.reason != cond.reason:
             out.append(cond)
     return out
+
+
+class StatusUpdate:
+    """The status one reconcile is building: conditions set so far, and the timers it asks for.
+
+    Pure: it only records. `cond` keeps `lastTransitionTime` unless the status flips (see
+    `set_condition`); `timers` are delays in seconds after which the job must be looked at again
+    (TTL, deadline); `requeue` asks for a rate-limited retry (a name conflict).
+    """
+
+    def __init__(self, job: TorchrunJob, now: datetime) -> None:
+        self.job = job
+        self.now = now
+        self.status: TorchrunJobStatus = job.status
+        self.timers: list[float] = []
+        self.requeue = False
+
+    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+        conds = set_condition(
+            self.status.conditions, type_, status, reason, message, self.job.metadata.generation, self.now
+        )
+        self.status = dataclasses.replace(self.status, conditions=conds)
+
+    def set(self, **changes: Any) -> None:
+        self.status = dataclasses.replace(self.status, **changes)
+
+    def is_true(self, type_: str) -> bool:
+        return is_true(self.status.conditions, type_)
+
+    def final(self) -> TorchrunJobStatus:
+        """The status to write: phase summarised from the conditions, generation observed."""
+        return dataclasses.replace(
+            self.status,
+            phase=phase_of(self.status.conditions),
+            observed_generation=self.job.metadata.generation,
+        )
+
+
+def invalid_status(raw: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
+    """The status of a job whose spec does not parse: `Admitted=False InvalidSpec`, everything
+    else kept, and `lastTransitionTime` kept while the condition does not change (no write on
+    every resync)."""
+    raw_status = raw.get("status") or {}
+    try:
+        conditions = from_json(
+            TorchrunJobStatus, {"conditions": raw_status.get("conditions") or []}
+        ).conditions
+    except InvalidObjectError:
+        conditions = ()
+    generation = int(raw["metadata"].get("generation") or 0)
+    conditions = set_condition(
+        conditions, JobConditionType.ADMITTED, False, "InvalidSpec", message, generation, now
+    )
+    status: dict[str, Any] = thaw(raw_status)
+    status["phase"] = JobPhase.PENDING.value
+    status["conditions"] = to_json(conditions)
+    return status

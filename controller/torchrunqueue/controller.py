@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -43,8 +43,9 @@ from controller.api import (
     to_json,
     validate_queue,
 )
-from controller.api.resources import TORCHRUNQUEUES
+from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNQUEUES
 from controller.cache import Lister
+from controller.clock import utc_now
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
@@ -55,7 +56,6 @@ from controller.torchrunqueue.kaiqueue import KAI_PODGROUPS_VERSION, KAI_QUEUES,
 
 log = structlog.get_logger("torchrunqueue")
 
-QUEUE_INDEX = "queue"
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
 RECHECK_AFTER = 10.0
 
@@ -74,16 +74,6 @@ class Verdict:
 
     ready: ConditionState
     kai: ConditionState | None = None
-
-
-def job_queue_index(obj: Mapping[str, Any]) -> list[str]:
-    """Index TorchrunJobs by the queue they name."""
-    queue = (obj.get("spec") or {}).get("jobQueue")
-    return [queue] if queue else []
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
 
 
 def _not_ready(reason: str, message: str, kai: ConditionState | None = None) -> Verdict:
@@ -199,7 +189,7 @@ class TorchrunQueueReconciler:
 
     def _counts(self, queue: str) -> QueueJobCounts:
         counts: dict[str, int] = {}
-        jobs = self.jobs.by_index(QUEUE_INDEX, queue)
+        jobs = self.jobs.by_index(JOB_QUEUE_INDEX, queue)
         for job in jobs:
             phase = ((job.get("status") or {}).get("phase") or "Pending").lower()
             counts[phase] = counts.get(phase, 0) + 1
@@ -212,7 +202,7 @@ class TorchrunQueueReconciler:
 
     def _write(self, raw: Mapping[str, Any], status: TorchrunQueueStatus, verdict: Verdict) -> None:
         generation = int(raw["metadata"].get("generation") or 0)
-        conds = _conditions(status.conditions, verdict, generation, _now())
+        conds = _conditions(status.conditions, verdict, generation, utc_now())
         status = dataclasses.replace(status, conditions=conds, observed_generation=generation)
         if not update_status(self.client, TORCHRUNQUEUES, raw, to_json(status)):
             return

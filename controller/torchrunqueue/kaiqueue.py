@@ -23,8 +23,9 @@ from typing import Any
 
 import structlog
 
-from controller.api import QUEUE_KIND, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
+from controller.api import QUEUE_KIND, QUEUE_LABEL, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
 from controller.api.resources import controller_reference
+from controller.meta import is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
@@ -33,7 +34,6 @@ log = structlog.get_logger("kaiqueue")
 
 KAI_QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False)
 KAI_PODGROUPS_VERSION = "scheduling.run.ai/v2alpha2"
-QUEUE_LABEL = "torchrun.ai/queue"
 UNLIMITED = -1
 
 # KAI's unit of each resource, as a multiple of the Kubernetes quantity's unit
@@ -137,7 +137,7 @@ class KaiQueues:
         existing = self.get(name)
         if existing is None:
             return self._create(desired)
-        if not _owned_by(existing, queue.metadata.uid):
+        if not is_controlled_by(existing, queue.metadata.uid):
             return ConditionState(
                 True,
                 "KaiQueueNotManaged",
@@ -176,7 +176,7 @@ class KaiQueues:
             raise
         for item in found.get("items") or ():
             meta = item["metadata"]
-            if meta["name"] == keep or not _owned_by(item, queue.metadata.uid):
+            if meta["name"] == keep or not is_controlled_by(item, queue.metadata.uid):
                 continue
             try:
                 self.client.delete(KAI_QUEUES, meta["name"], uid=meta.get("uid"))
@@ -193,7 +193,3 @@ def _describe(desired: Mapping[str, Any]) -> str:
     where = f" under {parent}" if parent else ""
     limit = "unlimited" if gpu["limit"] == UNLIMITED else gpu["limit"]
     return f"KAI Queue {desired['metadata']['name']}{where}: GPU quota {gpu['quota']}, limit {limit}"
-
-
-def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ())

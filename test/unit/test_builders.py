@@ -12,6 +12,7 @@ from controller.api import (
     resolve_topology,
     set_condition,
 )
+from controller.clock import utc_now
 from controller.torchrunjob import status as st
 from controller.torchrunjob.builders import build_service, build_worker_job
 from controller.torchrunjob.launch import parse_command
@@ -149,7 +150,7 @@ def test_pod_labels_and_annotations_from_the_queue() -> None:
 
 
 def test_phase_follows_conditions_in_precedence_order() -> None:
-    now = st.now()
+    now = utc_now()
     conds = set_condition((), JobConditionType.RUNNING, True, "AllWorkersRunning", "", 1, now)
     assert st.phase_of(conds) == JobPhase.RUNNING
     conds = set_condition(conds, JobConditionType.SUSPENDED, True, "Suspended", "", 1, now)

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s_client
 from testbed import wait_until
 
-from controller.cache import DeletedFinalStateUnknown, FrozenDict, Indexer, freeze, thaw
+from controller.cache import DeletedFinalStateUnknown, FrozenDict, Indexer, SharedInformerFactory, freeze, thaw
 from controller.cache.informer import FuncHandler, SharedIndexInformer
 from controller.cache.store import OWNER_INDEX, controller_owner_index, split_key
 from controller.cache.transforms import slim_pod, strip_managed_fields
@@ -154,6 +154,31 @@ class TestInformerEvents:
         assert rec.events == expected
         assert sorted(inf.indexer.list_keys()) == ["ns/a", "ns/d"]
 
+    def test_delete_handler_gets_the_deleted_events_final_state(self) -> None:
+        inf = make_informer()
+        got: list[Any] = []
+        inf.add_event_handler(FuncHandler(delete=got.append))
+        inf.replace([pod("a", rv="1", phase="running")], "1")
+        final = pod("a", rv="9", phase="gone")  # e.g. the last status written before deletion
+        inf.delete(final)
+        wait_until(lambda: got, 5, message="delete event")
+        assert got[0]["metadata"]["resourceVersion"] == "9"
+        assert got[0]["metadata"]["labels"] == {"phase": "gone"}
+        assert "managedFields" not in got[0]["metadata"]  # transformed and frozen like the cache
+        assert isinstance(got[0], FrozenDict)
+        assert inf.get("ns/a") is None
+
+    def test_delete_of_an_object_never_cached_is_not_reported(self) -> None:
+        # client-go's DeltaFIFO drops it: already reported by a relist's tombstone, or never seen
+        inf = make_informer()
+        rec = Recorder()
+        inf.add_event_handler(rec.handler())
+        inf.replace([], "1")
+        inf.delete(pod("ghost", rv="2"))
+        inf.add(pod("b", rv="3"))
+        wait_until(lambda: ("add", "b") in rec.events, 5, message="add of b")
+        assert rec.events == [("add", "b")]
+
     def test_cache_is_frozen_and_transformed(self) -> None:
         inf = make_informer()
         inf.replace([pod("a")], "1")
@@ -247,3 +272,35 @@ def test_slim_pod_keeps_what_controllers_read() -> None:
             "state": {"waiting": {"reason": "ContainerCreating"}},
         }
     ]
+
+
+class TestFactoryRegistration:
+    def factory(self) -> SharedInformerFactory:
+        cfg = k8s_client.Configuration()
+        cfg.host = "http://127.0.0.1:9"
+        return SharedInformerFactory(RESTClient(cfg, metrics=ControllerMetrics()), namespace="ns")
+
+    def test_compatible_registrations_share_one_informer(self) -> None:
+        f = self.factory()
+        pods = f.informer_for(PODS, label_selector="a", transform=slim_pod)
+        assert f.informer_for(PODS, label_selector="a") is pods  # no transform: takes the shared one
+        assert f.informer_for(PODS, label_selector="a", transform=slim_pod) is pods
+        assert f.informer_for(PODS, label_selector="b") is not pods  # another selector, another cache
+        assert pods.transform is slim_pod
+
+    def test_a_conflicting_transform_is_an_error(self) -> None:
+        f = self.factory()
+        f.informer_for(PODS)  # the factory's default transform
+        with pytest.raises(ValueError, match="pods"):
+            f.informer_for(PODS, transform=slim_pod)
+
+    def test_a_conflicting_indexer_is_an_error_and_new_ones_are_added(self) -> None:
+        f = self.factory()
+        def by_app(o: Any) -> list[str]:
+            return [o["metadata"]["labels"].get("app", "")]
+        pods = f.informer_for(PODS, indexers={"app": by_app})
+        assert f.informer_for(PODS, indexers={"app": by_app}) is pods
+        f.informer_for(PODS, indexers={"node": lambda o: []})
+        assert {"app", "node"} <= set(pods.indexer.index_names())
+        with pytest.raises(ValueError, match="pods"):
+            f.informer_for(PODS, indexers={"app": lambda o: []})

@@ -10,7 +10,7 @@ from controller.api import Quantity, TorchrunJob, TorchrunQueue, resolve_topolog
 from controller.torchrunjob.builders import build_worker_job
 from controller.torchrunjob.launch import parse_command
 from controller.torchrunjob.podgroups import build_pod_group, drift, min_member, workload_active_patch
-from controller.torchrunjob.scheduling import creates_suspended, needs_pod_group
+from controller.torchrunjob.scheduling import creates_suspended
 from controller.torchrunqueue.kaiqueue import build_kai_queue, kai_number, kai_queue_patch
 
 
@@ -48,7 +48,7 @@ def test_default_scheduler_adds_nothing() -> None:
     assert "schedulerName" not in pod["spec"]
     assert not any(k.startswith(("kai.", "kueue.", "scheduling.")) for k in m["metadata"]["labels"])
     assert build_pod_group(job(), queue(), resolve_topology(job().spec, queue().spec.node_resources)) is None
-    assert not needs_pod_group(queue()) and not creates_suspended(queue())
+    assert not creates_suspended(queue())
 
 
 def test_kai_pods_join_the_controllers_pod_group_and_skip_kais_pod_grouper() -> None:
@@ -111,7 +111,8 @@ def test_kueue_labels_the_job_and_starts_it_suspended() -> None:
     q = queue("kueue", kueueLocalQueue="lq")
     m = worker(job(), q)
     assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"
-    assert creates_suspended(q) and not needs_pod_group(q)
+    assert creates_suspended(q)
+    assert build_pod_group(job(), q, resolve_topology(job().spec, q.spec.node_resources)) is None
     assert worker(job(), queue("kueue"))["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
 
 

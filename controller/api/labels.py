@@ -1,0 +1,14 @@
+"""Labels and annotations the controller writes: they are API (SPEC §4), so they live here once.
+
+Labels select objects for caches and for people (`kubectl get pods -l torchrun-job-name=x`);
+they never prove ownership — see `controller.meta.is_controlled_by`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+JOB_LABEL: Final = "torchrun-job-name"  # every object made for a job
+ROLE_LABEL: Final = "torchrun.ai/role"  # sync, worker
+QUEUE_LABEL: Final = "torchrun.ai/queue"  # worker pods and KAI Queues: the TorchrunQueue
+PERSIST_LABEL: Final = "torchrun.ai/persist"  # "true" on persisted checkpoints: never deleted by us

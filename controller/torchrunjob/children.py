@@ -1,0 +1,133 @@
+"""The objects a TorchrunJob owns (Service, worker Job): make them exist, never touch others'.
+
+What `Children` guarantees:
+- `ensure(resource, job, desired)` returns the object of that name controlled by this job (from
+  the cache, or created), or a `NameConflict` when the name is taken by an object it does not
+  control (no controller owner reference with the job's UID). A foreign object is never adopted,
+  patched or deleted. A create answered with AlreadyExists (the cache is behind, or a create we
+  sent before) is resolved with one GET: ours → use it; someone else's → `NameConflict`.
+- `delete(resource, job)` deletes the object only when this job controls it, with a UID
+  precondition, so a same-named object created meanwhile is never hit.
+- Writes use field manager `torchrun-controller` (the REST client's default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from controller.api import JOB_KIND, TorchrunJob
+from controller.cache import Lister
+from controller.errors import TransientError
+from controller.meta import controller_of, is_controlled_by
+from controller.rest.client import RESTClient
+from controller.rest.errors import ApiError
+from controller.rest.resources import Resource
+
+log = structlog.get_logger("torchrunjob")
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class NameConflict:
+    """An object the job needs to create exists under the same name and is not the job's."""
+
+    kind: str
+    namespace: str
+    name: str
+    earlier_job: bool  # controlled by an earlier TorchrunJob of the same name (being removed)
+
+    @property
+    def message(self) -> str:
+        what = f"{self.kind} {self.namespace}/{self.name}"
+        if self.earlier_job:
+            return (
+                f"{what} still belongs to an earlier TorchrunJob of this name and is being removed; "
+                "the job starts when it is gone"
+            )
+        return (
+            f"{what} already exists and is not controlled by this TorchrunJob (no controller "
+            "ownerReference with its UID); the controller never adopts or changes it: delete or "
+            "rename it, or submit the job under another name. The job starts by itself once the name "
+            "is free"
+        )
+
+
+def _conflict(resource: Resource, obj: Obj) -> NameConflict:
+    meta = obj["metadata"]
+    ref = controller_of(obj)
+    return NameConflict(
+        resource.kind,
+        meta.get("namespace", ""),
+        meta["name"],
+        ref is not None and ref.get("kind") == JOB_KIND,
+    )
+
+
+@dataclass(frozen=True)
+class Ensured:
+    """The outcome of `Children.ensure`: exactly one of `obj` and `conflict` is set."""
+
+    obj: Obj | None = None
+    conflict: NameConflict | None = None
+
+
+class Children:
+    def __init__(self, client: RESTClient, listers: Mapping[Resource, Lister]) -> None:
+        self.client = client
+        self.listers = listers
+
+    def get(self, resource: Resource, job: TorchrunJob, name: str | None = None) -> Obj | None:
+        """The cached object of that name (default: the job's name), whoever owns it."""
+        return self.listers[resource].get(name or job.name, job.namespace)
+
+    def ensure(self, resource: Resource, job: TorchrunJob, desired: dict[str, Any]) -> Ensured:
+        name = desired["metadata"]["name"]
+        cached = self.get(resource, job, name)
+        if cached is not None:
+            if is_controlled_by(cached, job.metadata.uid):
+                return Ensured(obj=cached)
+            return Ensured(conflict=_conflict(resource, cached))
+        try:
+            created: Obj = self.client.create(resource, desired)
+            log.info("created", resource=resource.key, key=f"{job.namespace}/{name}")
+            return Ensured(obj=created)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+        return self._resolve_existing(resource, job, name)
+
+    def _resolve_existing(self, resource: Resource, job: TorchrunJob, name: str) -> Ensured:
+        """After AlreadyExists: one GET tells ours (cache behind) from someone else's."""
+        try:
+            live = self.client.get(resource, name, job.namespace)
+        except ApiError as exc:
+            if exc.not_found:  # deleted between our create and this read: try again later
+                raise TransientError(f"{resource.kind} {job.namespace}/{name} came and went") from exc
+            raise
+        if is_controlled_by(live, job.metadata.uid):
+            return Ensured(obj=live)
+        return Ensured(conflict=_conflict(resource, live))
+
+    def delete(self, resource: Resource, job: TorchrunJob, name: str | None = None) -> None:
+        existing = self.get(resource, job, name)
+        if (
+            existing is None
+            or existing["metadata"].get("deletionTimestamp")
+            or not is_controlled_by(existing, job.metadata.uid)
+        ):
+            return
+        try:
+            self.client.delete(
+                resource,
+                existing["metadata"]["name"],
+                job.namespace,
+                propagation_policy="Background",
+                uid=existing["metadata"].get("uid"),
+            )
+        except ApiError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise

@@ -1,0 +1,168 @@
+"""What enqueues a TorchrunJob (sample-controller's `NewController`): informers → handlers → keys.
+
+`new_controller` registers, on the factory's shared informers:
+- TorchrunJobs: every add, update and delete enqueues the job itself.
+- TorchrunQueues: an add or delete, and an update that changes the queue's spec (`generation`)
+  or its readiness (`Ready` status or reason), enqueue every job naming that queue. A queue's
+  job-count writes change neither, so they fan out to nobody.
+- Owned objects (worker Jobs, Services, pods, all cached by the `torchrun-job-name` label): each
+  event enqueues the TorchrunJob named by the object's *controller owner reference* — directly,
+  or for a pod through its worker Job (found in the cache by name, its UID checked, as client-go's
+  `resolveControllerRef`). The label only narrows the cache; it never decides whose an object is.
+  One exception, which proves nothing and writes nothing: when a labelled object that no
+  TorchrunJob controls goes away, the job its label names is looked at again if it is waiting with
+  `NameConflict` — the name may be free now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controller.api import GROUP, JOB_KIND, JOB_LABEL
+from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEUES, job_queue_index
+from controller.cache import DeletedFinalStateUnknown, Lister, SharedInformerFactory
+from controller.cache.informer import FuncHandler, unwrap_tombstone
+from controller.cache.transforms import slim_pod
+from controller.meta import controller_of
+from controller.metrics.registry import ControllerMetrics
+from controller.rest.client import RESTClient
+from controller.rest.resources import JOBS, PODS, SERVICES, Resource
+from controller.runtime import Controller
+from controller.runtime.events import EventRecorder
+from controller.torchrunjob.controller import NAME_CONFLICT, Options, TorchrunJobReconciler
+from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
+from controller.workqueue.metrics import MetricsProvider
+
+Obj = Mapping[str, Any]
+NAME = "torchrunjob"
+
+
+def owned_listers(factory: SharedInformerFactory) -> dict[Resource, Lister]:
+    """The caches of what jobs own, narrowed by our label (pods slimmed: see cache/transforms.py)."""
+    factory.informer_for(PODS, label_selector=JOB_LABEL, transform=slim_pod)
+    return {res: factory.lister_for(res, label_selector=JOB_LABEL) for res in (JOBS, SERVICES, PODS)}
+
+
+def new_controller(
+    factory: SharedInformerFactory,
+    client: RESTClient,
+    recorder: EventRecorder,
+    *,
+    options: Options,
+    threadiness: int,
+    metrics: ControllerMetrics,
+    metrics_provider: MetricsProvider,
+) -> Controller:
+    jobs = factory.informer_for(TORCHRUNJOBS, indexers={JOB_QUEUE_INDEX: job_queue_index})
+    queues = factory.informer_for(TORCHRUNQUEUES)
+    owned = owned_listers(factory)
+    reconciler = TorchrunJobReconciler(
+        client,
+        jobs=Lister(jobs.indexer),
+        queues=Lister(queues.indexer),
+        worker_jobs=owned[JOBS],
+        services=owned[SERVICES],
+        pods=owned[PODS],
+        recorder=recorder,
+        options=options,
+        metrics=metrics,
+    )
+    queue: RateLimitingQueue[str] = RateLimitingQueue(
+        default_controller_rate_limiter(), name=NAME, metrics_provider=metrics_provider
+    )
+    controller = Controller(NAME, reconciler, queue, threadiness=threadiness, metrics=metrics)
+    handlers = Handlers(controller.enqueue, Lister(jobs.indexer), owned[JOBS])
+    jobs.add_event_handler(
+        FuncHandler(
+            add=lambda o, _: handlers.job(o), update=lambda _, n: handlers.job(n), delete=handlers.job
+        )
+    )
+    queues.add_event_handler(
+        FuncHandler(
+            add=lambda o, _: handlers.queue(o),
+            update=handlers.queue_updated,
+            delete=handlers.queue,
+        )
+    )
+    for resource in (JOBS, SERVICES, PODS):
+        factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(
+            FuncHandler(
+                add=lambda o, _: handlers.owned(o),
+                update=lambda _, n: handlers.owned(n),
+                delete=handlers.owned_deleted,
+            )
+        )
+    return controller
+
+
+def _key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _ready(queue: Obj) -> tuple[Any, Any]:
+    for cond in (queue.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return cond.get("status"), cond.get("reason")
+    return None, None
+
+
+class Handlers:
+    """The event handlers of the module docstring, as small pure-ish methods (they only enqueue)."""
+
+    def __init__(self, enqueue: Callable[[str], None], jobs: Lister, worker_jobs: Lister) -> None:
+        self.enqueue = enqueue
+        self.jobs = jobs
+        self.worker_jobs = worker_jobs
+
+    def job(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        meta = unwrap_tombstone(obj)["metadata"]
+        self.enqueue(_key(meta["namespace"], meta["name"]))
+
+    def queue(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        for job in self.jobs.by_index(JOB_QUEUE_INDEX, unwrap_tombstone(obj)["metadata"]["name"]):
+            self.job(job)
+
+    def queue_updated(self, old: Obj, new: Obj) -> None:
+        if old["metadata"].get("generation") != new["metadata"].get("generation") or _ready(old) != _ready(
+            new
+        ):
+            self.queue(new)
+
+    def owner_key(self, obj: Obj) -> str | None:
+        """`namespace/name` of the TorchrunJob controlling `obj` (through its worker Job for pods)."""
+        ns = obj["metadata"].get("namespace", "")
+        ref = controller_of(obj)
+        if ref is None:
+            return None
+        if ref.get("kind") == JOB_KIND and str(ref.get("apiVersion", "")).split("/")[0] == GROUP:
+            return _key(ns, ref["name"])
+        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
+            worker = self.worker_jobs.get(ref["name"], ns)
+            if worker is not None and worker["metadata"].get("uid") == ref.get("uid"):
+                return self.owner_key(worker)
+        return None
+
+    def owned(self, obj: Obj) -> None:
+        key = self.owner_key(obj)
+        if key is not None:
+            self.enqueue(key)
+
+    def owned_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        obj = unwrap_tombstone(obj)
+        key = self.owner_key(obj)
+        if key is not None:
+            self.enqueue(key)
+            return
+        meta = obj["metadata"]
+        named = (meta.get("labels") or {}).get(JOB_LABEL)
+        if not named:
+            return
+        job = self.jobs.get(named, meta.get("namespace"))
+        if job is not None and _waits_on_name(job):
+            self.enqueue(_key(meta["namespace"], named))
+
+
+def _waits_on_name(job: Obj) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or ()
+    return any(c.get("reason") == NAME_CONFLICT for c in conditions)
