@@ -22,6 +22,7 @@ from controller.api.conditions import (
     is_true,
     remove_condition,
     set_condition,
+    stored_conditions,
 )
 from controller.api.core import EnvVar, LocalObjectReference, ObjectMeta, Overridable, Toleration
 from controller.api.distributed import Backend, Distributed, Elastic, RdzvBackend
@@ -143,6 +144,7 @@ __all__ = [
     "remove_condition",
     "resolve_topology",
     "set_condition",
+    "stored_conditions",
     "to_json",
     "validate_job",
     "validate_job_spec",

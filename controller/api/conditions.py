@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import datetime
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from controller.api.codec import from_json
+from controller.api.fielderrors import InvalidObjectError
 from controller.api.fields import api
 
 CONDITION_TYPE_PATTERN = (
@@ -116,3 +119,21 @@ def remove_condition(conditions: Sequence[Condition], type: str) -> tuple[Condit
     if find_condition(current, type) is None:
         return current
     return tuple(c for c in current if c.type != type)
+
+
+@dataclass(frozen=True)
+class _StoredConditions:
+    conditions: tuple[Condition, ...] = field(
+        default=(), metadata=api("Conditions as stored.", schema=CONDITION_LIST_SCHEMA)
+    )
+
+
+def stored_conditions(obj: Mapping[str, Any]) -> tuple[Condition, ...]:
+    """The conditions in an object's stored status, parsed on their own — for an object whose spec
+    does not parse, so its conditions still keep their `lastTransitionTime`; () when they do not
+    parse either."""
+    raw = (obj.get("status") or {}).get("conditions") or []
+    try:
+        return from_json(_StoredConditions, {"conditions": raw}).conditions
+    except InvalidObjectError:
+        return ()

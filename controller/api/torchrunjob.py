@@ -152,7 +152,8 @@ class JobOverrides:
     Rule(
         "has(self.numNodes) == has(oldSelf.numNodes) && "
         "(!has(self.numNodes) || self.numNodes == oldSelf.numNodes) && "
-        "has(self.numGPUs) == has(oldSelf.numGPUs) && (!has(self.numGPUs) || self.numGPUs == oldSelf.numGPUs)",
+        "has(self.numGPUs) == has(oldSelf.numGPUs) && "
+        "(!has(self.numGPUs) || self.numGPUs == oldSelf.numGPUs)",
         "numNodes and numGPUs are immutable: the size is baked into every node's torchrun launch "
         "(--nnodes, WORLD_SIZE); delete the job and submit it again with the new size",
         field_path=".numNodes",

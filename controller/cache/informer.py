@@ -2,8 +2,9 @@
 
 The reflector's events update the indexer first, then are handed to every registered handler.
 Each handler has its own unbounded buffer and thread (client-go's processorListener), so a slow
-handler delays only itself, and each sees events in order. Relist diffs produce updates for
-objects still present and `DeletedFinalStateUnknown` tombstones for objects that vanished while
+handler delays only itself, and each sees events in order. A delete handler gets the DELETED
+event's object, the final state; relist diffs produce updates for objects still present and
+`DeletedFinalStateUnknown` tombstones (with the last cached state) for objects that vanished while
 the watch was down. A handler added after start first receives synthetic adds of the cache.
 Resync replays the cache to handlers as `on_update(obj, obj)` every resync period, with no API
 call. Objects are transformed (default: drop `managedFields`) and frozen before caching.
@@ -176,6 +177,7 @@ class SharedIndexInformer:
             metrics=self.metrics,
             page_size=page_size,
             prepare=self._prepare,
+            clock=clock,
         )
 
     # -- registration -------------------------------------------------------------------------
@@ -239,10 +241,14 @@ class SharedIndexInformer:
     update = add
 
     def delete(self, obj: dict[str, Any]) -> None:
+        """A DELETED event. Handlers get the event's object, the final state (client-go's
+        processDeltas), not the last cached one; a delete of an object that is not cached was
+        already reported by a relist's tombstone, or never seen, so it is dropped as
+        DeltaFIFO.Delete drops it."""
         frozen = self._prepare(obj)
         with self._lock:
-            old = self.indexer.delete(frozen)
-            self._notify("delete", old if old is not None else frozen)
+            if self.indexer.delete(frozen) is not None:
+                self._notify("delete", frozen)
             self.metrics.informer_store_size.labels(self.resource.key).set(len(self.indexer))
 
     def _notify(self, kind: str, a: Any, b: Any = None) -> None:

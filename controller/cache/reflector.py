@@ -12,14 +12,15 @@
 - A watch that closes almost at once with no events counts as an error, so a misbehaving server
   cannot make us spin.
 
-The backoff is client-go's reflector backoff (`wait.Backoff{800ms, x2, cap 30s, jitter 1.0}
-.DelayWithReset(clock, 2m)`): every retry after a failure waits for it, including the relist
-after a 410 — client-go runs each ListAndWatch under `delayHandler.Until`, so it never relists
-at once. After two quiet minutes the delay is back at 0.8–1.6 s, so a healthy watch that gets a
+Every retry after a failure waits for the backoff (`controller.backoff`: 800 ms doubling to
+30 s, jitter up to 1x), including the relist after a 410: client-go runs each ListAndWatch under
+`delayHandler.Until` (tools/cache/reflector.go `RunWithContext`), so it never relists at once
+either. After two quiet minutes the delay is back at 0.8-1.6 s, so a healthy watch that gets a
 410 relists within about a second, while a server answering 410 or errors to everything is asked
-at most every 30–60 s. (client-go relists, rather than rewatches, after most watch errors; a
-rewatch from the last resourceVersion is as fresh and cheaper, and a 410 still forces the relist.)
-The clock is injectable so tests drive the delays.
+at most every 30-60 s. Two deliberate differences from client-go: its backoff manager resets
+every 2 minutes even while failures continue (ours only after 2 minutes without one), and it
+relists after most watch errors (a rewatch from the last resourceVersion is as fresh and
+cheaper; a 410 there still forces the relist). The clock is injectable so tests drive the delays.
 """
 
 from __future__ import annotations

@@ -198,23 +198,13 @@ class GarbageCollector:
         return nodes[node]
 
     def _node_lost(self, name: str, now: float) -> str | None:
-        """Why a node can no longer finish its pods' deletion, or None when it still can."""
         try:
-            node = self.client.get(NODES, name)
+            node: Obj | None = self.client.get(NODES, name)
         except ApiError as exc:
-            if exc.not_found:
-                return f"node {name} is gone"
-            raise
-        spec, status = node.get("spec") or {}, node.get("status") or {}
-        if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in spec.get("taints") or ()):
-            return f"node {name} is tainted {OUT_OF_SERVICE_TAINT}"
-        for cond in status.get("conditions") or ():
-            if cond.get("type") != "Ready" or cond.get("status") == "True":
-                continue
-            since = cond.get("lastTransitionTime")
-            if since and now > _parse_time(since) + self.node_lost_after:
-                return f"node {name} is NotReady since {since}"
-        return None
+            if not exc.not_found:
+                raise
+            node = None
+        return node_lost(name, node, now, self.node_lost_after)
 
     # -- the one write ------------------------------------------------------------------------------
 
@@ -233,6 +223,23 @@ class GarbageCollector:
             "garbage collected", resource=resource.key, key=f"{meta.get('namespace')}/{meta['name']}", why=why
         )
         return True
+
+
+def node_lost(name: str, node: Obj | None, now: float, grace: float) -> str | None:
+    """Why a node can no longer finish its pods' deletion — gone, tainted out-of-service, or
+    NotReady for more than `grace` seconds — or None while it still can."""
+    if node is None:
+        return f"node {name} is gone"
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if any(t.get("key") == OUT_OF_SERVICE_TAINT for t in spec.get("taints") or ()):
+        return f"node {name} is tainted {OUT_OF_SERVICE_TAINT}"
+    for cond in status.get("conditions") or ():
+        if cond.get("type") != "Ready" or cond.get("status") == "True":
+            continue
+        since = cond.get("lastTransitionTime")
+        if since and now > _parse_time(since) + grace:
+            return f"node {name} is NotReady since {since}"
+    return None
 
 
 def _persisted(obj: Obj) -> bool:

@@ -8,7 +8,8 @@ retries what is safe to retry (below) with tenacity, and records
 What is retried (`is_retryable`, mirroring client-go's rest/request.go `request` and
 with_retry.go `IsNextRetry`/`checkWait`):
 - 429 or 5xx *with* a Retry-After header, for any verb, after that many seconds (capped at 30):
-  the server says the request was not acted on and asks us to come back.
+  the server itself asks us to come back (API Priority and Fairness rejects with 429 before
+  handling; a 5xx with Retry-After is the server vouching that a retry is fine), as in client-go.
 - Reads (GET) only: connection errors (refused, reset, closed mid-response) and 5xx without
   Retry-After (not 501), after a short jittered exponential delay. client-go retries neither
   without Retry-After except resets/EOF on GET; a GET is idempotent, so retrying it is harmless.

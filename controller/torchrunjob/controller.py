@@ -256,7 +256,6 @@ class TorchrunJobReconciler:
 
     def name_conflict(self, s: st.StatusUpdate, conflict: NameConflict) -> None:
         s.cond(C.ADMITTED, False, NAME_CONFLICT, conflict.message)
-        s.cond(C.RUNNING, False, NAME_CONFLICT, f"waiting for {conflict.kind} {conflict.name} to be free")
         s.requeue = True
 
     # -- the Service and the worker Job -----------------------------------------------------------

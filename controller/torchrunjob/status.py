@@ -14,16 +14,15 @@ from typing import Any
 
 from controller.api import (
     Condition,
-    InvalidObjectError,
     JobConditionType,
     JobPhase,
     TorchrunJob,
     TorchrunJobStatus,
     WorkerCounts,
     find_condition,
-    from_json,
     is_true,
     set_condition,
+    stored_conditions,
     to_json,
 )
 from controller.cache import thaw
@@ -150,12 +149,7 @@ def invalid_status(raw: Mapping[str, Any], message: str, now: datetime) -> dict[
     else kept, and `lastTransitionTime` kept while the condition does not change (no write on
     every resync)."""
     raw_status = raw.get("status") or {}
-    try:
-        conditions = from_json(
-            TorchrunJobStatus, {"conditions": raw_status.get("conditions") or []}
-        ).conditions
-    except InvalidObjectError:
-        conditions = ()
+    conditions = stored_conditions(raw)
     generation = int(raw["metadata"].get("generation") or 0)
     conditions = set_condition(
         conditions, JobConditionType.ADMITTED, False, "InvalidSpec", message, generation, now

@@ -40,6 +40,7 @@ from controller.api import (
     find_condition,
     remove_condition,
     set_condition,
+    stored_conditions,
     to_json,
     validate_queue,
 )
@@ -104,7 +105,8 @@ class TorchrunQueueReconciler:
         try:
             queue = TorchrunQueue.from_json(raw)
         except InvalidObjectError as exc:
-            self._write(raw, TorchrunQueueStatus(), _not_ready("InvalidSpec", str(exc)))
+            status = TorchrunQueueStatus(conditions=stored_conditions(raw))
+            self._write(raw, status, _not_ready("InvalidSpec", str(exc)))
             return None  # the spec must change first, and that is an event
         verdict = self._check(queue)
         status = dataclasses.replace(queue.status, jobs=self._counts(queue.name))

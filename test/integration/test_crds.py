@@ -224,6 +224,30 @@ def test_job_queue_is_immutable(crds: Cluster, namespace: str) -> None:
     assert "spec.jobQueue: Forbidden: jobQueue is immutable" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "start, patch",
+    [
+        ({"numNodes": 2}, {"numNodes": 3}),
+        ({"numGPUs": 8}, {"numGPUs": 16}),
+        ({"numGPUs": 8}, {"numGPUs": None, "numNodes": 1}),  # switching how the size is given
+    ],
+)
+def test_the_size_is_immutable(crds: Cluster, namespace: str, start: dict[str, Any], patch: dict[str, Any]) -> None:
+    """A running job's size is in every node's launch (--nnodes, WORLD_SIZE): a half-applied change
+    (Job parallelism moved, launch unchanged) is impossible because the API refuses the change."""
+    manifest = job_manifest("sized", **start)
+    if "numGPUs" in start:
+        manifest["spec"].pop("numNodes", None)
+    crds.apply(manifest, namespace=namespace)
+    proc = crds.kubectl(
+        "patch", "tj", "sized", "-n", namespace, "--type=merge", "-p", json.dumps({"spec": patch}), check=False
+    )
+    assert proc.returncode != 0
+    assert "spec.numNodes: Forbidden: numNodes and numGPUs are immutable" in proc.stderr
+    # other fields stay editable
+    crds.kubectl("patch", "tj", "sized", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+
+
 # --- invalid manifests: each rejected at admission with a message naming the field ---------------
 
 

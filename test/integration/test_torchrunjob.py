@@ -263,23 +263,11 @@ def test_invalid_num_gpus_does_not_block_others(
     assert "spec.distributed.managedEtcd" in condition(etcd, "Admitted")["message"]
 
 
-def test_gc_removes_orphans_and_autoclean_keeps_the_job(
+def test_autoclean_removes_pods_and_service_and_keeps_the_job(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
-    orphan = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "leftover", "labels": {"torchrun-job-name": "gone-long-ago"}},
-        "spec": {"clusterIP": "None", "ports": [{"port": 1}]},
-    }
-    cluster.apply(orphan, namespace)
     queue = make_queue(cluster, duration="1s")
     start_controller("--autoclean")
-    wait_until(
-        lambda: cluster.kubectl("get", "service", "leftover", "-n", namespace, check=False).returncode != 0,
-        30,
-        message="orphan Service collected",
-    )
     make_job(cluster, namespace, queue)
     wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
     wait_until(
@@ -288,3 +276,103 @@ def test_gc_removes_orphans_and_autoclean_keeps_the_job(
         message="pods removed by --autoclean",
     )
     assert tj(cluster, namespace)["status"]["phase"] == "Succeeded"
+    wait_until(
+        lambda: cluster.kubectl("get", "service", "train", "-n", namespace, check=False).returncode != 0,
+        30,
+        message="Service removed by --autoclean",
+    )
+
+
+def _requests(app: App, resource: str) -> float:
+    """API requests the controller sent for `resource`, by its own REST metrics."""
+    return sum(
+        s.value
+        for metric in app.metrics.rest_requests.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and s.labels.get("resource") == resource
+    )
+
+
+def test_a_name_taken_by_a_foreign_service_waits_without_hot_looping_then_starts(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    # a user's Service that happens to have the job's name and even our (unprefixed) label key
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "train", "labels": {"torchrun-job-name": "train", "team": "theirs"}},
+        "spec": {"clusterIP": "None", "ports": [{"port": 8080}]},
+    }
+    cluster.apply(foreign, namespace)
+    before = cluster.get("service", "train", "-n", namespace)["metadata"]
+    queue = make_queue(cluster, outcome="run")
+    app = start_controller()
+    make_job(cluster, namespace, queue)
+    waiting = wait_until(
+        lambda: (c := condition(tj(cluster, namespace), "Admitted")) and c["reason"] == "NameConflict" and c,
+        30,
+        message="Admitted=False NameConflict",
+    )
+    assert waiting["status"] == "False"
+    assert f"Service {namespace}/train" in waiting["message"] and "delete or rename it" in waiting["message"]
+    assert tj(cluster, namespace)["status"]["phase"] == "Pending"
+    # 30 s of waiting: retries back off (client-go's per-item exponential limiter), they do not loop
+    start = _requests(app, "services")
+    time.sleep(15)
+    first_half = _requests(app, "services") - start
+    time.sleep(15)
+    second_half = _requests(app, "services") - start - first_half
+    assert first_half + second_half <= 40, (first_half, second_half)  # 0.5 s retries sent ~60 creates
+    assert second_half <= 4, (first_half, second_half)
+    app.recorder.flush()
+    warnings = [
+        e
+        for e in cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=train")[
+            "items"
+        ]
+        if e["reason"] == "NameConflict"
+    ]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning" and warnings[0].get("count", 1) == 1, (
+        warnings
+    )
+    # never adopted, patched or deleted
+    after = cluster.get("service", "train", "-n", namespace)["metadata"]
+    assert (after["resourceVersion"], after.get("ownerReferences")) == (before["resourceVersion"], None)
+    assert not cluster.get("jobs", "-n", namespace)["items"]
+
+    # the user frees the name: the job starts by itself
+    cluster.kubectl("delete", "service", "train", "-n", namespace)
+    wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running once the name is free")
+    job = tj(cluster, namespace)
+    ours = cluster.get("service", "train", "-n", namespace)["metadata"]["ownerReferences"]
+    assert [(r["kind"], r["uid"], r["controller"]) for r in ours] == [
+        ("TorchrunJob", job["metadata"]["uid"], True)
+    ]
+    assert condition(job, "Admitted")["reason"] == "Admitted"
+
+
+def test_a_name_taken_by_a_foreign_job_is_a_name_conflict(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    foreign = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+            },
+        },
+    }
+    cluster.apply(foreign, namespace)
+    queue = make_queue(cluster, outcome="run")
+    start_controller()
+    make_job(cluster, namespace, queue)
+    conflict = wait_until(
+        lambda: (c := condition(tj(cluster, namespace), "Admitted")) and c["reason"] == "NameConflict" and c,
+        30,
+        message="NameConflict for the Job",
+    )
+    assert f"Job {namespace}/train" in conflict["message"]
+    assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True  # not touched

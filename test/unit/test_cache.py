@@ -11,7 +11,14 @@ import pytest
 from kubernetes import client as k8s_client
 from testbed import wait_until
 
-from controller.cache import DeletedFinalStateUnknown, FrozenDict, Indexer, SharedInformerFactory, freeze, thaw
+from controller.cache import (
+    DeletedFinalStateUnknown,
+    FrozenDict,
+    Indexer,
+    SharedInformerFactory,
+    freeze,
+    thaw,
+)
 from controller.cache.informer import FuncHandler, SharedIndexInformer
 from controller.cache.store import OWNER_INDEX, controller_owner_index, split_key
 from controller.cache.transforms import slim_pod, strip_managed_fields
@@ -296,8 +303,10 @@ class TestFactoryRegistration:
 
     def test_a_conflicting_indexer_is_an_error_and_new_ones_are_added(self) -> None:
         f = self.factory()
+
         def by_app(o: Any) -> list[str]:
             return [o["metadata"]["labels"].get("app", "")]
+
         pods = f.informer_for(PODS, indexers={"app": by_app})
         assert f.informer_for(PODS, indexers={"app": by_app}) is pods
         f.informer_for(PODS, indexers={"node": lambda o: []})

@@ -175,7 +175,9 @@ def test_relist_after_410_event_from_a_long_healthy_watch_uses_the_reset_backoff
 
 
 def test_watch_errors_back_off_and_rewatch_without_relisting() -> None:
-    with Run(lists=["10"], watches=[ConnectionError("refused"), ConnectionError("refused"), FakeWatch()]) as run:
+    with Run(
+        lists=["10"], watches=[ConnectionError("refused"), ConnectionError("refused"), FakeWatch()]
+    ) as run:
         assert run.settle() == (1, 1)
         assert run.advance(0.8) == (1, 2)
         assert run.advance(1.59) == (1, 2)

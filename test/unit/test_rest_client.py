@@ -95,7 +95,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: Harness
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _serve(self) -> None:
@@ -142,7 +142,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except OSError:  # the socket we reset on purpose
             self.close_connection = True
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server dispatches on these names
 
 
 @pytest.fixture
@@ -180,7 +180,10 @@ def test_429_with_retry_after_is_honoured(harness: Harness) -> None:
 
 
 def test_5xx_is_retried_for_a_read(harness: Harness) -> None:
-    harness.script["GET"] = [("status", 503, {}, {"reason": "ServiceUnavailable"}), ("status", 200, {}, cm("a"))]
+    harness.script["GET"] = [
+        ("status", 503, {}, {"reason": "ServiceUnavailable"}),
+        ("status", 200, {}, cm("a")),
+    ]
     rest = client_for(harness)
     assert rest.get(CONFIGMAPS, "a", "ns")["metadata"]["name"] == "a"
     assert harness.count("GET") == 2

@@ -1,0 +1,222 @@
+"""The garbage collector on the real control plane: it deletes only what it can prove is ours.
+
+kube-controller-manager runs Kubernetes' own garbage collector and pod GC, which would collect
+the same orphans and race ours; these tests stop it for their duration so that every deletion
+observed is ours, and start it again afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from jobs import make_job
+from testbed import Cluster, wait_until
+
+from controller.cmd.main import App
+from controller.rest.resources import PODS
+
+LABEL = "torchrun-job-name"
+
+
+@pytest.fixture
+def no_kube_gc(cluster: Cluster) -> Iterator[None]:
+    cluster.stop("kube-controller-manager")
+    try:
+        yield
+    finally:
+        cluster.start("kube-controller-manager")
+
+
+def controller_ref(kind: str, name: str, uid: str) -> dict[str, Any]:
+    api_version = "torchrun.ai/v1alpha1" if kind == "TorchrunJob" else "batch/v1"
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def meta(name: str, owner: dict[str, Any] | None = None, **labels: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "labels": {LABEL: "x", **labels}}
+    if owner is not None:
+        out["ownerReferences"] = [owner]
+    return out
+
+
+def service(name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(name, owner),
+        "spec": {"clusterIP": "None", "ports": [{"port": 29400}]},
+    }
+
+
+def pvc(name: str, owner: dict[str, Any] | None = None, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta(name, owner, **labels),
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def pod(
+    name: str, owner: dict[str, Any] | None = None, node: str | None = None, **metadata: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**meta(name, owner), **metadata},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    if node:
+        body["spec"]["nodeName"] = node
+    return body
+
+
+def uid_of(cluster: Cluster, ns: str, kind: str, name: str) -> str:
+    return str(cluster.get(kind, name, "-n", ns)["metadata"]["uid"])
+
+
+def gone_or_deleting(cluster: Cluster, ns: str, kind: str, name: str) -> bool:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return proc.returncode != 0 or '"deletionTimestamp"' in proc.stdout
+
+
+def untouched(cluster: Cluster, ns: str, kind: str, name: str) -> bool:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return proc.returncode == 0 and '"deletionTimestamp"' not in proc.stdout
+
+
+def deletions(app: App, resource: str) -> float:
+    return app.metrics.gc_deletions.labels(resource)._value.get()
+
+
+def test_a_labelled_user_object_survives_and_a_real_orphan_is_collected(
+    cluster: Cluster, namespace: str, no_kube_gc: None, start_controller: Callable[..., App]
+) -> None:
+    # TorchrunJob x, first incarnation: its queue does not exist, so the controller makes nothing
+    make_job(cluster, namespace, "no-such-queue", name="x")
+    old = controller_ref("TorchrunJob", "x", uid_of(cluster, namespace, "torchrunjob", "x"))
+    cluster.apply([service("x", old), pvc("x-workspace", old)], namespace)
+    cluster.apply(pvc("x-checkpoints", old, **{"torchrun.ai/persist": "true"}), namespace)
+    # the user's own objects, reusing our unprefixed label key
+    cluster.apply(
+        [pod("mine"), pvc("mine-data"), service("theirs", controller_ref("Job", "cron", "c-1"))], namespace
+    )
+    # delete x (no cascade: Kubernetes' GC is stopped) and submit it again under the same name
+    cluster.kubectl("delete", "torchrunjob", "x", "-n", namespace)
+    make_job(cluster, namespace, "no-such-queue", name="x")
+    new = controller_ref("TorchrunJob", "x", uid_of(cluster, namespace, "torchrunjob", "x"))
+    assert new["uid"] != old["uid"]
+    cluster.apply(pvc("x-current", new), namespace)
+
+    app = start_controller()  # --gc-interval 1
+    wait_until(
+        lambda: gone_or_deleting(cluster, namespace, "service", "x"), 30, message="orphan Service collected"
+    )
+    wait_until(
+        lambda: gone_or_deleting(cluster, namespace, "pvc", "x-workspace"), 30, message="orphan PVC collected"
+    )
+    # several more passes: the background thread runs every second, and three passes run here
+    time.sleep(3)
+    for _ in range(3):
+        assert app.gc.collect() == 0
+    for kind, name in [
+        ("pod", "mine"),
+        ("pvc", "mine-data"),
+        ("service", "theirs"),
+        ("pvc", "x-checkpoints"),  # persisted: never ours to delete
+        ("pvc", "x-current"),  # its TorchrunJob exists
+    ]:
+        assert untouched(cluster, namespace, kind, name), f"{kind} {name} was touched"
+    assert (deletions(app, "services"), deletions(app, "persistentvolumeclaims"), deletions(app, "pods")) == (
+        1,
+        1,
+        0,
+    )
+
+
+def node(name: str, *, taint: bool = False) -> dict[str, Any]:
+    """A Node no kubelet (and no kwok) manages: it stays exactly as written here."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
+    if taint:
+        body["spec"]["taints"] = [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]
+    return body
+
+
+def set_ready(cluster: Cluster, name: str, ready: str) -> None:
+    """Ready (or not) since 2020, as written through the status subresource."""
+    cond = {"type": "Ready", "status": ready, "lastTransitionTime": "2020-01-01T00:00:00Z", "reason": "Test"}
+    patch = json.dumps({"status": {"conditions": [cond]}})
+    cluster.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", patch)
+
+
+def test_stuck_pods_are_forced_only_off_lost_nodes_and_counted_once(
+    cluster: Cluster, namespace: str, no_kube_gc: None, start_controller: Callable[..., App]
+) -> None:
+    suffix = namespace[-8:]
+    nodes = {
+        "healthy": f"gc-healthy-{suffix}",
+        "notready": f"gc-notready-{suffix}",
+        "oos": f"gc-oos-{suffix}",
+        "gone": f"gc-gone-{suffix}",  # never created
+    }
+    cluster.apply([node(nodes["healthy"]), node(nodes["notready"]), node(nodes["oos"], taint=True)])
+    set_ready(cluster, nodes["healthy"], "True")
+    set_ready(cluster, nodes["notready"], "False")
+    try:
+        make_job(cluster, namespace, "no-such-queue", name="x")
+        tj = controller_ref("TorchrunJob", "x", uid_of(cluster, namespace, "torchrunjob", "x"))
+        worker = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": meta("x", tj),
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+                },
+            },
+        }
+        cluster.apply(worker, namespace)
+        job_ref = controller_ref("Job", "x", uid_of(cluster, namespace, "job", "x"))
+        pods = {
+            "on-healthy": pod("on-healthy", job_ref, nodes["healthy"]),
+            "on-notready": pod("on-notready", job_ref, nodes["notready"]),
+            "on-oos": pod("on-oos", job_ref, nodes["oos"]),
+            "on-gone": pod("on-gone", job_ref, nodes["gone"]),
+            "held": pod("held", job_ref, nodes["gone"], finalizers=["example.com/hold"]),
+            "users": pod("users", None, nodes["gone"]),  # our label, not ours
+        }
+        cluster.apply(list(pods.values()), namespace)
+        for name in pods:
+            cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false", "--grace-period=1")
+        app = start_controller()
+        wait_until(lambda: len(app.gc.owned[PODS].list()) >= len(pods), 30, message="pods cached")
+        overdue = time.time() + 3600  # as if every deletion were an hour overdue
+        forced = sum(app.gc.collect(now=overdue) for _ in range(3))
+        assert forced == 3
+        remaining = {p["metadata"]["name"] for p in cluster.get("pods", "-n", namespace)["items"]}
+        assert remaining == {"on-healthy", "held", "users"}, remaining
+        assert deletions(app, "pods") == 3  # once per pod, not once per pass
+    finally:
+        cluster.kubectl(
+            "patch",
+            "pod",
+            "held",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            check=False,
+        )
+        for name in ("on-healthy", "users", "held"):
+            cluster.kubectl(
+                "delete", "pod", name, "-n", namespace, "--force", "--grace-period=0", check=False
+            )
+        cluster.kubectl(
+            "delete", "node", *[n for k, n in nodes.items() if k != "gone"], "--ignore-not-found", check=False
+        )
