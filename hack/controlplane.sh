@@ -160,7 +160,7 @@ start_controller_manager() {
     --kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
-    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller" \
+    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
 }

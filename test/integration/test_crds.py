@@ -232,7 +232,9 @@ def test_job_queue_is_immutable(crds: Cluster, namespace: str) -> None:
         ({"numGPUs": 8}, {"numGPUs": None, "numNodes": 1}),  # switching how the size is given
     ],
 )
-def test_the_size_is_immutable(crds: Cluster, namespace: str, start: dict[str, Any], patch: dict[str, Any]) -> None:
+def test_the_size_is_immutable(
+    crds: Cluster, namespace: str, start: dict[str, Any], patch: dict[str, Any]
+) -> None:
     """A running job's size is in every node's launch (--nnodes, WORLD_SIZE): a half-applied change
     (Job parallelism moved, launch unchanged) is impossible because the API refuses the change."""
     manifest = job_manifest("sized", **start)
@@ -240,7 +242,15 @@ def test_the_size_is_immutable(crds: Cluster, namespace: str, start: dict[str, A
         manifest["spec"].pop("numNodes", None)
     crds.apply(manifest, namespace=namespace)
     proc = crds.kubectl(
-        "patch", "tj", "sized", "-n", namespace, "--type=merge", "-p", json.dumps({"spec": patch}), check=False
+        "patch",
+        "tj",
+        "sized",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": patch}),
+        check=False,
     )
     assert proc.returncode != 0
     assert "spec.numNodes: Forbidden: numNodes and numGPUs are immutable" in proc.stderr

@@ -62,12 +62,12 @@ def pvc(name: str, owner: dict[str, Any] | None = None, **labels: str) -> dict[s
 
 
 def pod(
-    name: str, owner: dict[str, Any] | None = None, node: str | None = None, **metadata: Any
+    name: str, owner: dict[str, Any] | None = None, node: str | None = None, **labels: str
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {**meta(name, owner), **metadata},
+        "metadata": meta(name, owner, **labels),
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
     }
     if node:
@@ -101,9 +101,15 @@ def test_a_labelled_user_object_survives_and_a_real_orphan_is_collected(
     old = controller_ref("TorchrunJob", "x", uid_of(cluster, namespace, "torchrunjob", "x"))
     cluster.apply([service("x", old), pvc("x-workspace", old)], namespace)
     cluster.apply(pvc("x-checkpoints", old, **{"torchrun.ai/persist": "true"}), namespace)
-    # the user's own objects, reusing our unprefixed label key
+    # the user's own objects, reusing our unprefixed label key — one naming a job that never was
+    ghost = {LABEL: "ghost"}
     cluster.apply(
-        [pod("mine"), pvc("mine-data"), service("theirs", controller_ref("Job", "cron", "c-1"))], namespace
+        [
+            pod("mine", **ghost),
+            pvc("mine-data", **ghost),
+            service("theirs", controller_ref("Job", "cron", "c-1")),
+        ],
+        namespace,
     )
     # delete x (no cascade: Kubernetes' GC is stopped) and submit it again under the same name
     cluster.kubectl("delete", "torchrunjob", "x", "-n", namespace)
@@ -182,12 +188,13 @@ def test_stuck_pods_are_forced_only_off_lost_nodes_and_counted_once(
         }
         cluster.apply(worker, namespace)
         job_ref = controller_ref("Job", "x", uid_of(cluster, namespace, "job", "x"))
+        held = pod("held", job_ref, nodes["gone"])
         pods = {
             "on-healthy": pod("on-healthy", job_ref, nodes["healthy"]),
             "on-notready": pod("on-notready", job_ref, nodes["notready"]),
             "on-oos": pod("on-oos", job_ref, nodes["oos"]),
             "on-gone": pod("on-gone", job_ref, nodes["gone"]),
-            "held": pod("held", job_ref, nodes["gone"], finalizers=["example.com/hold"]),
+            "held": {**held, "metadata": {**held["metadata"], "finalizers": ["example.com/hold"]}},
             "users": pod("users", None, nodes["gone"]),  # our label, not ours
         }
         cluster.apply(list(pods.values()), namespace)

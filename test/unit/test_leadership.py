@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -317,3 +319,32 @@ def test_short_lease_timings_and_an_identity_are_accepted() -> None:
     assert (opts.lease_duration, opts.renew_deadline, opts.retry_period) == (4.0, 3.0, 0.5)
     assert opts.leader_elect_identity == "alpha"
     LeaderElectionConfig("l", "ns", "alpha", opts.lease_duration, opts.renew_deadline, opts.retry_period)
+
+
+STARTUP_FAILS = """
+import sys, threading
+import controller.cmd.main as m
+
+class CachesNeverSync:  # stands in for App: its start-up fails as a missing CRD's would
+    def __init__(self, opts, metrics):
+        self.synced = threading.Event()
+
+    def run(self, stop):
+        raise RuntimeError("caches did not sync within 300s: torchrunjobs")
+
+    def shutdown(self):
+        pass
+
+m.App = CachesNeverSync
+sys.exit(m.main(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"]))
+"""
+
+
+def test_a_failed_start_up_exits_non_zero_with_one_line() -> None:
+    # its own process: main() installs signal handlers and configures logging for good
+    proc = subprocess.run(
+        [sys.executable, "-c", STARTUP_FAILS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert "start-up failed" in line and "caches did not sync" in line
