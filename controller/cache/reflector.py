@@ -3,9 +3,11 @@
 - Lists in pages (`limit`/`continue`) and hands the full list to `sink.replace` with its
   resourceVersion; a continue token that expired mid-list restarts the list.
 - Watches from the last resourceVersion with bookmarks and a server-side timeout (5–10 min,
-  randomised like client-go so watches do not all restart together); the client's read timeout
-  (`RESTClient.watch_read_timeout`, 2 min: bookmarks come every minute) notices a dead connection.
-- A watch that ends normally is resumed at once from the last resourceVersion, with no relist.
+  randomised like client-go so watches do not all restart together). A watch connection silent
+  for the client's read timeout (`RESTClient.watch_read_timeout`, 2 min) is dropped.
+- A watch that ends normally, or was dropped for silence, is resumed at once from the last
+  resourceVersion, with no relist: an idle resource type can go minutes without a bookmark, and
+  a dead connection shows up as that resumed watch failing (then the backoff below applies).
 - 410 Gone (from the watch request or an ERROR event) → backoff, then relist.
 - Any other list or watch error → backoff, then the same step again: a failed list lists again,
   a failed watch watches again from the last resourceVersion (a 410 there leads to a relist).
@@ -159,6 +161,8 @@ class Reflector:
         finally:
             with self._lock:
                 self._watch = None
+        if stream.timed_out:
+            log.debug("watch silent; resuming", resource=self.resource.key, events=events)
         if events == 0 and self._clock.now() - started < _SHORT_WATCH and not stop.is_set():
             raise ConnectionError("very short watch: closed at once with no events")
 

@@ -162,7 +162,3 @@ class Indexer:
     def index_names(self) -> builtins.list[str]:
         with self._lock:
             return list(self._indexers)
-
-    def index_values(self, index_name: str) -> builtins.list[str]:
-        with self._lock:
-            return list(self._indices[index_name])

@@ -100,7 +100,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--leader-elect-identity",
         default="",
-        help="this replica's name in the Lease and its API user agent (default: hostname_random)",
+        help="this replica's name in the Lease and its API user agent; unique per replica"
+        " (default: hostname_random)",
     )
     p.add_argument(
         "--leader-elect-lease-duration", dest="lease_duration", type=_positive(float), default=15.0

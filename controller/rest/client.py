@@ -45,10 +45,14 @@ from controller.rest.errors import ApiError, LeadershipLostError
 from controller.rest.resources import Resource
 
 FIELD_MANAGER = "torchrun-controller"
-# The longest silence a watch with bookmarks may have before we call its connection dead.
-# kube-apiserver's watch cache sends each such watch a BOOKMARK about every 60 s (and 2 s before
-# the server-side timeout), so 2 minutes leaves a full missed bookmark of margin. client-go gets
-# the same guarantee from HTTP/2 pings (30 s idle + 15 s ping timeout); we speak HTTP/1.1.
+# How long a watch connection may stay silent before we drop it and watch again. client-go
+# notices dead connections with HTTP/2 pings (30 s idle + 15 s ping timeout); over HTTP/1.1 only
+# a read timeout can. Silence alone is not proof of death: kube-apiserver bookmarks a watch about
+# once a minute only while its watch cache moves past the watch's resourceVersion (any change to
+# that resource type in the cluster; apiserver cache_watcher.go `process`), so a watch on an idle
+# resource type can stay silent until etcd's progress notification (10 min by default). Hence
+# silence ends the watch normally and the caller resumes it at once from its last resourceVersion;
+# a dead connection then shows up as the resumed watch failing.
 WATCH_READ_TIMEOUT = 120.0
 
 _PATCH_TYPES = {
@@ -392,11 +396,10 @@ class RESTClient:
     ) -> WatchStream:
         """Open a watch; `WatchStream.stop()` interrupts it from any thread.
 
-        `timeout_seconds` is the server's: it ends the watch normally. Independently, a connection
-        silent for `watch_read_timeout` (no event, no bookmark) raises `ReadTimeoutError`, so a dead
-        connection is noticed within about two minutes rather than after the server timeout.
-        Without bookmarks an idle watch is legitimately silent, so the read timeout is then the
-        server's plus 30 s.
+        `timeout_seconds` is the server's: it ends the watch normally. Independently, a response
+        not started within `watch_read_timeout` raises `ReadTimeoutError`, and a stream silent for
+        that long (no event, no bookmark) ends with `WatchStream.timed_out` set (see
+        WATCH_READ_TIMEOUT), so a dead connection cannot hang a watch for the server's timeout.
         """
         params = {
             "watch": "true",
@@ -413,17 +416,20 @@ class RESTClient:
             res.key,
             params=params,
             stream=True,
-            read_timeout=self.watch_read_timeout if allow_bookmarks else timeout_seconds + 30,
+            read_timeout=self.watch_read_timeout,
         )
         return WatchStream(resp)
 
 
 class WatchStream:
-    """Newline-delimited watch events from one streaming response."""
+    """Newline-delimited watch events from one streaming response. Iteration ends when the server
+    ends the watch, after `stop()`, or when the connection was silent for the read timeout
+    (`timed_out` is then True); other failures raise."""
 
     def __init__(self, resp: urllib3.BaseHTTPResponse) -> None:
         self._resp = resp
         self._stopped = False
+        self.timed_out = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
         buf = b""
@@ -435,6 +441,8 @@ class WatchStream:
                     if line.strip():
                         ev = json.loads(line)
                         yield WatchEvent(ev["type"], ev["object"])
+        except urllib3.exceptions.ReadTimeoutError:
+            self.timed_out = True
         except (urllib3.exceptions.HTTPError, OSError, ValueError):
             if not self._stopped:
                 raise

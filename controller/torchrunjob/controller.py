@@ -32,15 +32,11 @@ from controller.api import (
     InvalidObjectError,
     JobConditionType,
     JobTopology,
-    QueueConditionType,
     TorchrunJob,
     TorchrunQueue,
     WorkspaceSource,
     find_condition,
-    is_true,
-    resolve_topology,
     to_json,
-    validate_job,
 )
 from controller.api.resources import TORCHRUNJOBS
 from controller.cache import Lister, thaw
@@ -54,9 +50,9 @@ from controller.runtime import Result
 from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.runtime.status import update_status
 from controller.torchrunjob import status as st
+from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.builders import RESTART_ANNOTATION, build_service, build_worker_job
 from controller.torchrunjob.children import Children, NameConflict
-from controller.torchrunjob.launch import LaunchError, ParsedCommand, parse_command
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.scheduling import creates_suspended
 from controller.torchrunjob.updater import JobTracker, JobUpdater
@@ -86,15 +82,6 @@ _QUIET_REASONS = frozenset({"NoWorkspace", "WorkersStarting", "Completed"})
 class Options:
     autoclean: bool = False
     restart_limit: int = 10
-
-
-@dataclasses.dataclass(frozen=True)
-class Admission:
-    """What admission resolved: the queue, the job's size on it and its parsed command."""
-
-    queue: TorchrunQueue
-    topology: JobTopology
-    command: ParsedCommand
 
 
 class TorchrunJobReconciler:
@@ -179,46 +166,15 @@ class TorchrunJobReconciler:
 
     def admit(self, job: TorchrunJob, s: st.StatusUpdate) -> Admission | None:
         """The queue, topology and command when the job may run; else None and `Admitted=False`."""
-        qname = job.spec.job_queue
-        raw_queue = self.queues.get(qname)
-        if raw_queue is None:
-            message = f"TorchrunQueue {qname} does not exist; the job starts when it is created"
-            s.cond(C.ADMITTED, False, "QueueNotFound", message)
+        verdict = admit(job, self.queues.get(job.spec.job_queue))
+        if isinstance(verdict, Refusal):
+            s.cond(C.ADMITTED, False, verdict.reason, verdict.message)
             return None
-        queue = TorchrunQueue.from_json(raw_queue)
-        if not is_true(queue.status.conditions, QueueConditionType.READY):
-            ready = find_condition(queue.status.conditions, QueueConditionType.READY)
-            why = f": {ready.reason}: {ready.message}" if ready else " yet"
-            s.cond(C.ADMITTED, False, "QueueNotReady", f"TorchrunQueue {qname} is not Ready{why}")
-            return None
-        errors = validate_job(job, queue)
-        if errors:
-            s.cond(C.ADMITTED, False, "InvalidSpec", "; ".join(str(e) for e in errors))
-            return None
-        try:
-            parsed = parse_command(job.spec.command)
-        except LaunchError as exc:
-            s.cond(C.ADMITTED, False, "InvalidCommand", str(exc))
-            return None
-        if job.spec.distributed.managed_etcd:
-            s.cond(
-                C.ADMITTED,
-                False,
-                "ManagedEtcdUnsupported",
-                "spec.distributed.managedEtcd: this controller version does not run an etcd for the job "
-                "yet; give rdzvEndpoint (an etcd serving the v2 API) or use rdzvBackend c10d",
-            )
-            return None
-        topo = resolve_topology(job.spec, queue.spec.node_resources)
-        message = (
-            f"queue {qname}: {topo.nodes} node(s) × {topo.procs_per_node} process(es), "
-            f"{topo.total_gpus} GPU(s)"
-        )
-        s.cond(C.ADMITTED, True, "Admitted", message)
-        s.set(nodes=topo.nodes, gpus=topo.total_gpus)
+        s.cond(C.ADMITTED, True, "Admitted", verdict.message)
+        s.set(nodes=verdict.topology.nodes, gpus=verdict.topology.total_gpus)
         if s.status.start_time is None:
             s.set(start_time=s.now)
-        return Admission(queue, topo, parsed)
+        return verdict
 
     def within_deadline(self, job: TorchrunJob, s: st.StatusUpdate) -> bool:
         """False once `activeDeadlineSeconds` has passed (the job then fails); else a timer."""

@@ -35,10 +35,6 @@ class JobTracker:
                 self._updaters[key] = updater
             return updater
 
-    def get(self, key: str) -> JobUpdater | None:
-        with self._lock:
-            return self._updaters.get(key)
-
     def drop(self, key: str) -> None:
         with self._lock:
             self._updaters.pop(key, None)

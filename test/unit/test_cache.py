@@ -76,7 +76,7 @@ class TestIndexer:
         assert idx.index_keys(OWNER_INDEX, "Job/ns/j2") == ["ns/a"]
         idx.delete("ns/b")
         assert idx.index_keys(OWNER_INDEX, "Job/ns/j1") == []
-        assert "Job/ns/j1" not in idx.index_values(OWNER_INDEX)
+        assert "Job/ns/j1" not in idx._indices[OWNER_INDEX]  # no empty entry left behind
 
     def test_replace_rebuilds_indexes_and_returns_old(self) -> None:
         idx = Indexer()

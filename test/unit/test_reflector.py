@@ -26,16 +26,24 @@ from controller.rest.resources import CONFIGMAPS
 GONE = ApiError(410, {"reason": "Expired", "message": "too old resource version"})
 
 
+SILENCE = "silence"
+
+
 class FakeWatch:
-    """Yields queued events until told to end (None) or raise, or until stopped."""
+    """Yields queued events until told to end (None), to end for silence (SILENCE) or to raise,
+    or until stopped."""
 
     def __init__(self) -> None:
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.timed_out = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
         while True:
             item = self.events.get()
             if item is None:
+                return
+            if item == SILENCE:
+                self.timed_out = True
                 return
             if isinstance(item, BaseException):
                 raise item
@@ -194,3 +202,15 @@ def test_a_watch_that_ends_normally_is_resumed_at_once() -> None:
         assert run.settle() == (1, 2)
         assert run.client.watch_times == pytest.approx([0.0, 400.0])
         assert run.reflector.last_sync_resource_version == "12"
+
+
+def test_a_watch_dropped_for_silence_is_resumed_at_once_without_relisting() -> None:
+    # an idle resource type: no event, no bookmark, until the client's read timeout drops it
+    first, second = FakeWatch(), FakeWatch()
+    with Run(lists=["10"], watches=[first, second]) as run:
+        assert run.settle() == (1, 1)
+        run.clock.step(120)
+        first.events.put(SILENCE)
+        assert run.settle() == (1, 2)
+        assert run.client.watch_times == pytest.approx([0.0, 120.0])
+        assert run.reflector.last_sync_resource_version == "10"
