@@ -7,7 +7,8 @@ limits and the overrides its queue allows. Decisions worth knowing:
   * `distributed.maxRestarts` is torchrun's in-node restart count; `failurePolicy.maxRestarts`
     counts whole-job restarts. Both default to 0: a failure is reported, not hidden.
   * `failurePolicy`: permanent exit codes fail the job at once (no whole-job restart); retriable
-    exit codes recreate the node's pod without counting toward `backoffLimitPerNode`; node
+    exit codes recreate the node's pod without counting toward `backoffLimitPerNode`, up to
+    `maxRetriableFailures` per attempt (then the attempt fails: never an endless loop); node
     disruptions never count.
   * `overrides` merge over the queue: scalars replace, `env` and `nodeSelector` merge by name/key
     (job wins), `tolerations` are appended. Each set field must be in the queue's
@@ -104,9 +105,19 @@ class FailurePolicy:
     retriable_exit_codes: tuple[int, ...] = field(
         default=(),
         metadata=api(
-            "Exit codes whose pod is recreated without counting toward backoffLimitPerNode.",
+            "Exit codes whose pod is recreated without counting toward backoffLimitPerNode, at most "
+            "maxRetriableFailures times per attempt.",
             schema=_EXIT_CODES,
             items={"minimum": 1, "maximum": 255},
+        ),
+    )
+    max_retriable_failures: int = field(
+        default=10,
+        metadata=api(
+            "Pod failures with a retriableExitCodes code recreated in place per attempt; one more "
+            "fails the attempt like any failure (a whole-job restart while maxRestarts allow, else "
+            "the job fails), so a code that always recurs cannot restart pods forever.",
+            schema={"minimum": 0, "maximum": 1000, "format": "int32"},
         ),
     )
 
@@ -286,6 +297,13 @@ class TorchrunJobStatus:
     )
     workers: WorkerCounts = field(default_factory=WorkerCounts, metadata=api("Worker pods by state."))
     restarts: int = field(default=0, metadata=api("Whole-job restarts so far.", schema={"format": "int32"}))
+    retriable_failures: int = field(
+        default=0,
+        metadata=api(
+            "Pod failures with a retriable exit code in the current attempt (reset by a whole-job restart).",
+            schema={"format": "int32"},
+        ),
+    )
     start_time: datetime.datetime | None = field(
         default=None, metadata=api("When the job started (sync included).")
     )

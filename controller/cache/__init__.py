@@ -15,6 +15,7 @@ from controller.cache.factory import SharedInformerFactory
 from controller.cache.frozen import FrozenDict, freeze, thaw
 from controller.cache.informer import DeletedFinalStateUnknown, EventHandler, SharedIndexInformer
 from controller.cache.lister import Lister
+from controller.cache.optional import OptionalInformers
 from controller.cache.store import Indexer, meta_namespace_key
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "FrozenDict",
     "Indexer",
     "Lister",
+    "OptionalInformers",
     "SharedIndexInformer",
     "SharedInformerFactory",
     "freeze",

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from controller import log as logconf
 from controller.api import JOB_LABEL
 from controller.api.resources import TORCHRUNJOBS
-from controller.cache import SharedInformerFactory
+from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cmd.options import ControllerOptions, parse
 from controller.gc import GarbageCollector
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
@@ -39,6 +39,7 @@ from controller.torchrunjob import wiring as torchrunjob_wiring
 from controller.torchrunjob.controller import Options
 from controller.torchrunjob.metrics import JobsCollector
 from controller.torchrunqueue import wiring as torchrunqueue_wiring
+from controller.torchrunqueue.discovery import Discovery
 
 log = structlog.get_logger("main")
 SHUTDOWN_TIMEOUT = 20.0  # seconds; below the default terminationGracePeriodSeconds (30)
@@ -50,7 +51,8 @@ class App:
     def __init__(self, opts: ControllerOptions, metrics: ControllerMetrics) -> None:
         self.opts = opts
         self.metrics = metrics
-        pool = opts.threadiness * 2 + 8  # reconcile writes, events, GC and one watch per informer
+        # reconcile writes, events, GC and one watch per informer (6, and up to 6 optional ones)
+        pool = opts.threadiness * 2 + 14
         self.client = RESTClient(
             load_config(opts.kubeconfig),
             qps=opts.kube_api_qps,
@@ -62,6 +64,9 @@ class App:
             self.client, namespace=opts.namespace, resync_period=opts.resync_period, metrics=metrics
         )
         f = self.factory
+        discovery = Discovery(self.client)
+        # scheduler CRDs may come later: their informers start when first needed (cache/optional.py)
+        self.optional_informers = OptionalInformers(f, discovery.served)
         provider = PrometheusWorkqueueMetricsProvider(metrics.registry)
         self.recorder = EventRecorder(self.client)
         # each controller registers its own informers and event handlers (its package's wiring.py)
@@ -69,13 +74,19 @@ class App:
             f,
             self.client,
             self.recorder,
+            informers=self.optional_informers,
             options=Options(autoclean=opts.autoclean, restart_limit=opts.restart_limit),
             threadiness=opts.threadiness,
             metrics=metrics,
             metrics_provider=provider,
         )
         self.queue_controller = torchrunqueue_wiring.new_controller(
-            f, self.client, metrics=metrics, metrics_provider=provider
+            f,
+            self.client,
+            informers=self.optional_informers,
+            discovery=discovery,
+            metrics=metrics,
+            metrics_provider=provider,
         )
         owned = {**torchrunjob_wiring.owned_listers(f), PVCS: f.lister_for(PVCS, label_selector=JOB_LABEL)}
         self.gc = GarbageCollector(
@@ -91,6 +102,7 @@ class App:
 
     def run(self, stop: threading.Event) -> None:
         self.factory.start(stop)
+        self.optional_informers.start(stop)
         synced = self.factory.wait_for_cache_sync(300)
         if stop.is_set():
             return  # shut down while waiting: start nothing

@@ -61,6 +61,7 @@ log = structlog.get_logger("torchrunjob")
 
 C = JobConditionType
 NAME_CONFLICT = "NameConflict"
+RETRIABLE_LIMIT = "RetriableFailureLimitExceeded"
 _WARNING_REASONS = frozenset(
     {
         "QueueNotFound",
@@ -95,9 +96,9 @@ class TorchrunJobReconciler:
         services: Lister,
         pods: Lister,
         recorder: EventRecorder,
+        pod_groups: PodGroups,
         options: Options | None = None,
         metrics: ControllerMetrics | None = None,
-        pod_groups: PodGroups | None = None,
     ) -> None:
         self.client = client
         self.jobs = jobs
@@ -108,7 +109,7 @@ class TorchrunJobReconciler:
         self.options = options or Options()
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
-        self.pod_groups = pod_groups or PodGroups(client, worker_jobs=worker_jobs)
+        self.pod_groups = pod_groups
 
     # -- entry point ---------------------------------------------------------------------------
 
@@ -159,6 +160,13 @@ class TorchrunJobReconciler:
             )
             if (cond.status is ConditionStatus.TRUE or warn) and cond.reason not in _QUIET_REASONS:
                 self.recorder.event(raw, WARNING if warn else NORMAL, cond.reason, cond.message)
+        if final.retriable_failures > s.job.status.retriable_failures:
+            cap = s.job.spec.failure_policy.max_retriable_failures
+            message = (
+                f"{final.retriable_failures} pod failure(s) with a retriable exit code in this attempt; "
+                f"up to {cap} are retried in place"
+            )
+            self.recorder.event(raw, WARNING, "RetriableFailure", message)
         if new != thaw(raw.get("status") or {}):
             log.info("status", key=s.job.key, phase=final.phase.value, restarts=final.restarts)
 
@@ -288,7 +296,7 @@ class TorchrunJobReconciler:
             return
         if find_condition(s.status.conditions, C.SUSPENDED) is not None:
             s.cond(C.SUSPENDED, False, "Resumed", "spec.suspend is false")
-        outcome = st.worker_outcome(worker_job)
+        outcome = st.worker_outcome(worker_job) or self.retriable_limit(job, worker_job, s)
         if outcome is None:
             self.running(job, topo, s, updater)
         elif outcome.succeeded:
@@ -298,6 +306,26 @@ class TorchrunJobReconciler:
             self.ttl(job, s)
         else:
             self.failed(job, outcome, s)
+
+    def retriable_limit(
+        self, job: TorchrunJob, worker_job: Mapping[str, Any], s: st.StatusUpdate
+    ) -> st.Outcome | None:
+        """Count this attempt's pod failures with a retriable exit code (podFailurePolicy ignores
+        them, so the Job would recreate the pod forever); past the cap, the attempt has failed."""
+        fp = job.spec.failure_policy
+        pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
+        seen = st.retriable_failures(pods, worker_job["metadata"]["uid"], fp.retriable_exit_codes)
+        # failed pods may be cleaned up by someone else: the count never goes down within an attempt
+        count = max(seen, s.status.retriable_failures)
+        s.set(retriable_failures=count)
+        if count <= fp.max_retriable_failures:
+            return None
+        codes = ", ".join(map(str, fp.retriable_exit_codes))
+        message = (
+            f"{count} pod failures with a retriable exit code ({codes}) in this attempt, more than "
+            f"failurePolicy.maxRetriableFailures ({fp.max_retriable_failures})"
+        )
+        return st.Outcome(False, RETRIABLE_LIMIT, message)
 
     def running(self, job: TorchrunJob, topo: JobTopology, s: st.StatusUpdate, updater: JobUpdater) -> None:
         ready = s.status.workers.ready
@@ -325,7 +353,7 @@ class TorchrunJobReconciler:
             # count first, delete on the next pass (brought by this status write's event): the
             # Job's restart annotation then no longer matches, so `ensure_workers` removes it — a
             # crash in between cannot lose the restart
-            s.set(restarts=s.status.restarts + 1)
+            s.set(restarts=s.status.restarts + 1, retriable_failures=0)
             message = f"restart {s.status.restarts} of {limit} after: {outcome.reason}: {outcome.message}"
             s.cond(C.RUNNING, False, "Restarting", message)
             return
@@ -335,6 +363,8 @@ class TorchrunJobReconciler:
                 f"{outcome.reason}: {outcome.message} (whole-job restarts used: {s.status.restarts}/{limit})"
             )
             s.cond(C.FAILED, True, "RestartLimitExceeded" if limit else "WorkersFailed", message)
+        if outcome.reason == RETRIABLE_LIMIT:
+            self.children.delete(JOBS, job)  # its Job is still recreating pods: stop it
         s.set(completion_time=s.now)
         self.ttl(job, s)
 

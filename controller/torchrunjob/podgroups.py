@@ -12,10 +12,20 @@ What `PodGroups.ensure(job, queue, topo)` guarantees, called before the worker J
   status and their own fields are never touched. The pods join it through the label or
   annotation of `scheduling.py`.
 - A PodGroup of the same name owned by an earlier TorchrunJob of the same name is waited out
-  (the garbage collector is removing it); one created by someone else is left alone and used.
+  (the garbage collector is removing it): a rate-limited retry, and its delete event brings the
+  job back at once. One created by someone else is left alone and used.
 - A PodGroup kind the cluster does not serve is a `TransientError` (retried in 30 s), never a
   crash: the queue controller turns the same fact into `Ready=False`, which then holds the job
   back with a `QueueNotReady` condition.
+
+Reads come from caches, never from the API on a pass (SPEC §7): PodGroups from an informer per
+kind narrowed by the `torchrun-job-name` label, Kueue Workloads (Kueue's, unlabelled by us) from
+an unselected informer in the watched namespace — both `OptionalInformers`, started only once
+discovery shows the kind is served (the CRDs may come after the controller). A PodGroup missing
+from the cache is created; if the API answers AlreadyExists (the cache lags our own create, or
+the PodGroup is someone else's and lacks our label) it is read once, fresh, and handled as above.
+PodGroup events enqueue the job that controls them (`wiring.py`), so drift and the earlier job's
+PodGroup going away are noticed without polling.
 
 Kueue and suspend. Kueue admits a Job by unsuspending it and, while its Workload stays admitted,
 unsuspends it again whenever it finds it suspended; so setting `Job.spec.suspend` alone would
@@ -26,8 +36,9 @@ ever unsuspending a Kueue Job), and mirrors the TorchrunJob's `spec.suspend` int
 `spec.active` (found by Kueue's `kueue.x-k8s.io/job-uid` label). Suspend: the Workload is
 deactivated, Kueue evicts it and keeps the Job suspended, the pods go, quota is released.
 Resume: the Workload is reactivated and Kueue readmits and unsuspends the Job when quota allows.
-Unsuspending stays Kueue's alone. The Workload is looked up only while either side is suspended,
-so a running job costs nothing here.
+Unsuspending stays Kueue's alone. The Workload is looked up (in the cache) only while either side
+is suspended, so a running job costs nothing here; a Workload appearing enqueues its job (Kueue
+makes it after the Job, and the cache may get it after the pass that looked).
 """
 
 from __future__ import annotations
@@ -37,8 +48,16 @@ from typing import Any
 
 import structlog
 
-from controller.api import JOB_KIND, JobTopology, Overridable, Scheduler, TorchrunJob, TorchrunQueue
-from controller.cache import Lister
+from controller.api import (
+    JOB_KIND,
+    JOB_LABEL,
+    JobTopology,
+    Overridable,
+    Scheduler,
+    TorchrunJob,
+    TorchrunQueue,
+)
+from controller.cache import Lister, OptionalInformers
 from controller.errors import TransientError
 from controller.meta import controller_of, is_controlled_by
 from controller.rest.client import RESTClient
@@ -150,8 +169,11 @@ def workload_active_patch(workload: Mapping[str, Any], suspended: bool) -> dict[
 class PodGroups:
     """Makes a job's scheduler objects exist as the builders above describe (see module doc)."""
 
-    def __init__(self, client: RESTClient, *, worker_jobs: Lister | None = None) -> None:
+    def __init__(
+        self, client: RESTClient, *, informers: OptionalInformers, worker_jobs: Lister | None = None
+    ) -> None:
         self.client = client
+        self.informers = informers
         self.worker_jobs = worker_jobs
 
     def ensure(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> None:
@@ -165,19 +187,20 @@ class PodGroups:
 
     def _ensure_pod_group(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> None:
         name = desired["metadata"]["name"]
-        try:
-            existing = self.client.get(resource, name, job.namespace)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-            self._create(job, resource, desired)
-            return
+        cache = self.informers.lister(resource, label_selector=JOB_LABEL)
+        if cache is None:
+            raise _not_served(resource)
+        existing = cache.get(name, job.namespace)
+        if existing is None:
+            existing = self._create(job, resource, desired)
+            if existing is None:
+                return
         if not is_controlled_by(existing, job.metadata.uid):
             if _controlled_by_kind(existing, JOB_KIND):
+                # rate-limited; its delete event (wiring.py) brings the job back sooner
                 raise TransientError(
                     f"{resource.key} {job.namespace}/{name} belongs to an earlier job of that name "
-                    "and is being deleted",
-                    requeue_after=1.0,
+                    "and is being deleted"
                 )
             return  # someone else's PodGroup: used as it is, never changed
         patch = drift(existing, desired)
@@ -185,19 +208,28 @@ class PodGroups:
             self.client.patch(resource, name, patch, job.namespace)
             log.info("pod group updated", key=job.key, resource=resource.key, patch=patch)
 
-    def _create(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> None:
+    def _create(
+        self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """Create the PodGroup; None when created, else the one that exists (read fresh)."""
         try:
             self.client.create(resource, desired)
         except ApiError as exc:
             if exc.already_exists:
-                raise TransientError("PodGroup appeared meanwhile", requeue_after=0.0) from exc
+                return self._read(job, resource, desired["metadata"]["name"])
             if exc.not_found:  # the kind is not served (a namespace being deleted also lands here)
-                raise TransientError(
-                    f"the cluster does not serve {resource.key}; the job waits for it",
-                    requeue_after=MISSING_API_RETRY,
-                ) from exc
+                raise _not_served(resource) from exc
             raise
         log.info("pod group created", key=job.key, resource=resource.key, spec=desired["spec"])
+        return None
+
+    def _read(self, job: TorchrunJob, resource: Resource, name: str) -> Mapping[str, Any]:
+        try:
+            return self.client.get(resource, name, job.namespace)
+        except ApiError as exc:
+            if exc.not_found:  # gone again since: a rate-limited retry creates it
+                raise TransientError(f"{resource.key} {job.namespace}/{name} was deleted meanwhile") from exc
+            raise
 
     # -- Kueue ------------------------------------------------------------------------------
 
@@ -216,16 +248,16 @@ class PodGroups:
             log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
 
     def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Mapping[str, Any]]:
-        try:
-            found = self.client.list(
-                KUEUE_WORKLOADS, job.namespace, label_selector=f"{KUEUE_JOB_UID_LABEL}={worker_uid}"
-            )
-        except ApiError as exc:
-            if exc.not_found:  # Kueue is not installed; the queue is not Ready then anyway
-                return []
-            raise
-        items: list[Mapping[str, Any]] = found.get("items") or []
-        return items
+        cache = self.informers.lister(KUEUE_WORKLOADS)
+        if cache is None:  # Kueue is not installed; the queue is not Ready then anyway
+            return []
+        return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
+
+
+def _not_served(resource: Resource) -> TransientError:
+    return TransientError(
+        f"the cluster does not serve {resource.key}; the job waits for it", requeue_after=MISSING_API_RETRY
+    )
 
 
 def _controlled_by_kind(obj: Mapping[str, Any], kind: str) -> bool:

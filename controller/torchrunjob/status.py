@@ -7,7 +7,7 @@ Succeeded, Suspended, Running, Syncing (workspace not ready yet but being prepar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,6 +26,8 @@ from controller.api import (
     to_json,
 )
 from controller.cache import thaw
+from controller.meta import controller_of
+from controller.torchrunjob.builders import CONTAINER
 
 # Job failure reasons that come from a FailJob rule of our podFailurePolicy: permanent exit codes
 PERMANENT_FAILURE_REASONS = frozenset({"PodFailurePolicy"})
@@ -96,6 +98,24 @@ def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
             ):
                 return f"pod {pod['metadata']['name']}: {cond.get('message') or 'unschedulable'}"
     return None
+
+
+def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes: Collection[int]) -> int:
+    """Failed pods of this worker Job (by controller reference) whose torchrun container exited
+    with one of `codes` — the failures podFailurePolicy's Ignore rule does not count."""
+    if not codes:
+        return 0
+    count = 0
+    for pod in pods:
+        ref = controller_of(pod)
+        if ref is None or ref.get("uid") != worker_uid or (pod.get("status") or {}).get("phase") != "Failed":
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+            code = ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+            if cs.get("name") == CONTAINER and code in codes:
+                count += 1
+                break
+    return count
 
 
 def changed_conditions(old: Sequence[Condition], new: Sequence[Condition]) -> list[Condition]:

@@ -12,6 +12,10 @@
   One exception, which proves nothing and writes nothing: when a labelled object that no
   TorchrunJob controls goes away, the job its label names is looked at again if it is waiting with
   `NameConflict` — the name may be free now.
+- PodGroups (each scheduler's kind, cached by the same label) like the owned objects above, and a
+  Kueue Workload's add enqueues the job whose worker Job controls it. Their informers are
+  `OptionalInformers`: they start when a job first needs the kind and its API is served, and the
+  handlers are attached then.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from controller.api import GROUP, JOB_KIND, JOB_LABEL
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEUES, job_queue_index
-from controller.cache import DeletedFinalStateUnknown, Lister, SharedInformerFactory
+from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.cache.transforms import slim_pod
 from controller.meta import controller_of
@@ -31,6 +35,7 @@ from controller.rest.resources import JOBS, PODS, SERVICES, Resource
 from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import NAME_CONFLICT, Options, TorchrunJobReconciler
+from controller.torchrunjob.podgroups import KUEUE_WORKLOADS, POD_GROUP_RESOURCES, PodGroups
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 
@@ -49,6 +54,7 @@ def new_controller(
     client: RESTClient,
     recorder: EventRecorder,
     *,
+    informers: OptionalInformers,
     options: Options,
     threadiness: int,
     metrics: ControllerMetrics,
@@ -65,6 +71,7 @@ def new_controller(
         services=owned[SERVICES],
         pods=owned[PODS],
         recorder=recorder,
+        pod_groups=PodGroups(client, informers=informers, worker_jobs=owned[JOBS]),
         options=options,
         metrics=metrics,
     )
@@ -85,14 +92,16 @@ def new_controller(
             delete=handlers.queue,
         )
     )
+    owned_handler = FuncHandler(
+        add=lambda o, _: handlers.owned(o),
+        update=lambda _, n: handlers.owned(n),
+        delete=handlers.owned_deleted,
+    )
     for resource in (JOBS, SERVICES, PODS):
-        factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(
-            FuncHandler(
-                add=lambda o, _: handlers.owned(o),
-                update=lambda _, n: handlers.owned(n),
-                delete=handlers.owned_deleted,
-            )
-        )
+        factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(owned_handler)
+    for resource in POD_GROUP_RESOURCES.values():
+        informers.add_event_handler(resource, owned_handler, label_selector=JOB_LABEL)
+    informers.add_event_handler(KUEUE_WORKLOADS, FuncHandler(add=lambda o, _: handlers.owned(o)))
     return controller
 
 

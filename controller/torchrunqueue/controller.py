@@ -18,6 +18,9 @@ a parent KAI Queue) is not watched. A queue whose scheduler does not gang-schedu
 back to another scheduler: a gang silently run pod by pod is worse than a clear wait.
 `status.jobs` counts the queue's jobs by phase, from the cache; `observedGeneration` is the
 generation the conditions describe. Status is written only when it changed.
+Nothing is read from the API on a pass but discovery (cached, `discovery.py`): StorageClasses
+and KAI Queues come from cluster-wide informers (`OptionalInformers`, started the first time a
+queue needs them and their API is served), jobs and queues from the shared ones.
 """
 
 from __future__ import annotations
@@ -45,10 +48,9 @@ from controller.api import (
     validate_queue,
 )
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNQUEUES
-from controller.cache import Lister
+from controller.cache import Lister, OptionalInformers
 from controller.clock import utc_now
 from controller.rest.client import RESTClient
-from controller.rest.errors import ApiError
 from controller.rest.resources import Resource
 from controller.runtime import Result
 from controller.runtime.status import update_status
@@ -88,14 +90,16 @@ class TorchrunQueueReconciler:
         *,
         queues: Lister,
         jobs: Lister,
-        discovery: Discovery | None = None,
+        informers: OptionalInformers,
+        discovery: Discovery,
         recheck_after: float = RECHECK_AFTER,
     ):
         self.client = client
         self.queues = queues
         self.jobs = jobs
-        self.discovery = discovery or Discovery(client)
-        self.kai_queues = KaiQueues(client)
+        self.informers = informers
+        self.discovery = discovery
+        self.kai_queues = KaiQueues(client, informers)
         self.recheck_after = recheck_after
 
     def reconcile(self, key: str) -> Result | None:
@@ -181,13 +185,8 @@ class TorchrunQueueReconciler:
             self.kai_queues.prune(queue, keep=None)
 
     def _exists(self, resource: Resource, name: str) -> bool:
-        try:
-            self.client.get(resource, name)
-            return True
-        except ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
+        cache = self.informers.lister(resource)
+        return cache is not None and cache.get(name) is not None
 
     def _counts(self, queue: str) -> QueueJobCounts:
         counts: dict[str, int] = {}

@@ -12,6 +12,10 @@ so deleting the TorchrunQueue deletes it, and label `torchrun.ai/queue` to find 
 (an admin's other fields, such as `priority`, are left as they are); never touches a Queue of
 that name it does not own (reported, and used as it is); deletes the Queues it owns under any
 other name (after `kaiQueue` is renamed, or the scheduler changed away from KAI).
+It reads KAI Queues (ours, the admins' and parents alike) from one unselected, cluster-wide
+informer, an `OptionalInformers` cache started once discovery shows `scheduling.run.ai/v2`;
+only writes go to the API. A create answered AlreadyExists (the cache has not seen the Queue
+yet) is a rate-limited retry.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import structlog
 
 from controller.api import QUEUE_KIND, QUEUE_LABEL, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
 from controller.api.resources import controller_reference
+from controller.cache import Lister, OptionalInformers
+from controller.errors import TransientError
 from controller.meta import is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -120,16 +126,17 @@ class ConditionState:
 class KaiQueues:
     """Keeps a TorchrunQueue's KAI Queue in sync (see the module docstring)."""
 
-    def __init__(self, client: RESTClient) -> None:
+    def __init__(self, client: RESTClient, informers: OptionalInformers) -> None:
         self.client = client
+        self.informers = informers
 
-    def get(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.client.get(KAI_QUEUES, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
+    def _cache(self) -> Lister | None:
+        return self.informers.lister(KAI_QUEUES)
+
+    def get(self, name: str) -> Mapping[str, Any] | None:
+        """The KAI Queue of that name, from the cache (None too when KAI is not installed)."""
+        cache = self._cache()
+        return cache.get(name) if cache is not None else None
 
     def sync(self, queue: TorchrunQueue) -> ConditionState:
         desired = build_kai_queue(queue)
@@ -162,19 +169,18 @@ class KaiQueues:
         except ApiError as exc:
             if exc.invalid:
                 return ConditionState(False, "KaiQueueRejected", f"KAI Queue {name}: {exc}")
+            if exc.already_exists:
+                raise TransientError(f"KAI Queue {name} exists but is not in the cache yet") from exc
             raise
         log.info("kai queue created", kai_queue=name, spec=desired["spec"])
         return ConditionState(True, "KaiQueueSynced", _describe(desired))
 
     def prune(self, queue: TorchrunQueue, keep: str | None) -> None:
         """Delete the KAI Queues this TorchrunQueue owns, except `keep`."""
-        try:
-            found = self.client.list(KAI_QUEUES, label_selector=f"{QUEUE_LABEL}={queue.name}")
-        except ApiError as exc:
-            if exc.not_found:
-                return
-            raise
-        for item in found.get("items") or ():
+        cache = self._cache()
+        if cache is None:
+            return
+        for item in cache.list(selector={QUEUE_LABEL: queue.name}):
             meta = item["metadata"]
             if meta["name"] == keep or not is_controlled_by(item, queue.metadata.uid):
                 continue

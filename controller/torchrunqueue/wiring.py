@@ -3,6 +3,8 @@
 - TorchrunQueues: every add, update and delete enqueues the queue itself.
 - TorchrunJobs: an add, a delete, or an update that changes the job's phase re-counts the job's
   queue, `COUNTS_DELAY` seconds later, so a burst of job changes costs one status write.
+- Nothing else: StorageClasses and KAI Queues are read from caches (`informers`) but not watched
+  for events; a queue that is not Ready looks again every `RECHECK_AFTER` seconds.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEUES, job_queue_index
-from controller.cache import DeletedFinalStateUnknown, Lister, SharedInformerFactory
+from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.runtime import Controller
 from controller.torchrunqueue.controller import TorchrunQueueReconciler
+from controller.torchrunqueue.discovery import Discovery
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 
@@ -29,12 +32,20 @@ def new_controller(
     factory: SharedInformerFactory,
     client: RESTClient,
     *,
+    informers: OptionalInformers,
+    discovery: Discovery,
     metrics: ControllerMetrics,
     metrics_provider: MetricsProvider,
 ) -> Controller:
     queues = factory.informer_for(TORCHRUNQUEUES)
     jobs = factory.informer_for(TORCHRUNJOBS, indexers={JOB_QUEUE_INDEX: job_queue_index})
-    reconciler = TorchrunQueueReconciler(client, queues=Lister(queues.indexer), jobs=Lister(jobs.indexer))
+    reconciler = TorchrunQueueReconciler(
+        client,
+        queues=Lister(queues.indexer),
+        jobs=Lister(jobs.indexer),
+        informers=informers,
+        discovery=discovery,
+    )
     queue: RateLimitingQueue[str] = RateLimitingQueue(
         default_controller_rate_limiter(), name=NAME, metrics_provider=metrics_provider
     )

@@ -69,7 +69,7 @@ NEEDS = [
     Need("scheduling.run.ai", "podgroups", CRUD, "KAI PodGroup per job"),
     Need("scheduling.x-k8s.io", "podgroups", CRUD, "coscheduling PodGroup per job"),
     Need("scheduling.volcano.sh", "podgroups", CRUD, "Volcano PodGroup per job"),
-    Need("kueue.x-k8s.io", "workloads", ("list", "patch"), "suspend/resume sets Workload spec.active"),
+    Need("kueue.x-k8s.io", "workloads", ("list", "watch", "patch"), "informer; suspend sets spec.active"),
     Need("coordination.k8s.io", "leases", ("create",), "--leader-elect creates the Lease", NAMESPACE),
     Need(
         "coordination.k8s.io",

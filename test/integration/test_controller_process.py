@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -89,26 +89,84 @@ def phases(cluster: Cluster, ns: str) -> dict[str, str]:
     return {i["metadata"]["name"]: (i.get("status") or {}).get("phase", "") for i in items}
 
 
-def test_killed_between_writes_no_duplicates_and_job_finishes(
+WRITE_LOGS = ("created", "status")  # the controller logs each create and each status write
+
+
+def kill_after_writes(cluster: Cluster, namespace: str, writes: int, timeout: float = 20.0) -> int:
+    """Run the controller until it has logged `writes` writes, then SIGKILL it at once (between
+    that write and the next one of the same reconcile); returns how many writes it logged."""
+    cmd = [
+        sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(cluster.kubeconfig),
+        "--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
+        "--log-level", "info", "--log-format", "json",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = 0
+    deadline = time.monotonic() + timeout
+    assert proc.stderr is not None
+    try:
+        while seen < writes and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("event") in WRITE_LOGS:
+                seen += 1
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return seen
+
+
+def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact(
     cluster: Cluster, crds: Path, namespace: str
 ) -> None:
-    q = queue(cluster, gpus=8, duration="6s")
-    cluster.apply(jobs_manifest(q, ["crash"]), namespace)
-    rng = random.Random(7)
-    # kill -9 the controller at a few random moments while it creates and watches the job
-    for _ in range(3):
-        with controller_process(cluster, namespace) as proc:
-            time.sleep(rng.uniform(1.0, 3.0))
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+    """Kill -9 the controller right after its 1st, 2nd, 3rd ... logged write (a fresh process each
+    time), while a job fails and is restarted twice; then let one process finish. What a crash
+    between two writes could duplicate is checked: the restart count (counted before the old Job
+    is deleted), Events, worker Jobs and Services."""
+    q = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": q},
+            "spec": {
+                "nodeResources": {"gpus": 8},
+                "image": "pytorch/pytorch:2.4.0",
+                "podAnnotations": {"kwok.torchrun.ai/outcome": "fail", "kwok.torchrun.ai/duration": "1s"},
+            },
+        }
+    )
+    manifest = jobs_manifest(q, ["crash"])
+    manifest[0]["spec"]["failurePolicy"] = {"maxRestarts": 2}
+    cluster.apply(manifest, namespace)
+    killed_at = []
+    for writes in range(1, 9):
+        if phases(cluster, namespace).get("crash") == "Failed":
+            break
+        killed_at.append(kill_after_writes(cluster, namespace, writes))
+    assert len(killed_at) >= 3 and max(killed_at) >= 3, killed_at  # real kills between real writes
     with controller_process(cluster, namespace):
-        wait_until(lambda: phases(cluster, namespace).get("crash") == "Succeeded", 90, message="Succeeded")
-    assert len(cluster.get("jobs", "-n", namespace)["items"]) == 1
+        wait_until(lambda: phases(cluster, namespace).get("crash") == "Failed", 120, message="Failed")
+        status = cluster.get("torchrunjob", "crash", "-n", namespace)["status"]
+        assert status["restarts"] == 2, status  # neither lost nor counted twice
+        wait_until(
+            lambda: len(cluster.get("jobs", "-n", namespace)["items"]) == 1, 60, message="one Job left"
+        )
     assert len(cluster.get("services", "-n", namespace)["items"]) == 1
-    pods = cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=crash")["items"]
-    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
-    status = cluster.get("torchrunjob", "crash", "-n", namespace)["status"]
-    assert status["restarts"] == 0
+    events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=crash")["items"]
+    seen: dict[tuple[str, str], int] = {}
+    for e in events:
+        seen[(e["reason"], e["message"])] = seen.get((e["reason"], e["message"]), 0) + int(
+            e.get("count") or 1
+        )
+    assert all(n == 1 for n in seen.values()), seen
+    restarts = sorted(m for (r, m) in seen if r == "Restarting" and m.startswith("restart "))
+    assert len(restarts) <= 2, restarts
 
 
 def test_fifty_jobs_with_four_workers_all_succeed(cluster: Cluster, crds: Path, namespace: str) -> None:

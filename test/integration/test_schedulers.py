@@ -181,6 +181,37 @@ def worker_pods(cluster: Cluster, ns: str, name: str = "train") -> list[dict[str
     return items
 
 
+def reads(app: App, resource: str) -> float:
+    """GET and LIST requests the controller sent for `resource`, by its own REST metrics (watches
+    are not reads: an informer lists once, then watches)."""
+    return sum(
+        s.value
+        for metric in app.metrics.rest_requests.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+        and s.labels.get("resource") == resource
+        and s.labels.get("verb") in ("get", "list")
+    )
+
+
+def reconciles(app: App, controller: str) -> float:
+    return sum(
+        s.value
+        for metric in app.metrics.reconcile_total.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and s.labels.get("controller") == controller
+    )
+
+
+def force_passes(app: App, cluster: Cluster, controller: str, kind: str, name: str, *ns: str) -> None:
+    """Make the controller reconcile `kind`/`name` a few more times: each label edit is an event."""
+    for i in range(5):
+        done = reconciles(app, controller)
+        merge_patch(cluster, kind, name, {"metadata": {"labels": {"example.com/pass": str(i)}}}, *ns)
+        wait_until(lambda d=done: reconciles(app, controller) > d, 30, message=f"a {controller} reconcile")
+    time.sleep(1)  # let the last pass finish
+
+
 # -- no scheduler installed ----------------------------------------------------------------------
 
 
@@ -285,6 +316,43 @@ def zero_counts() -> dict[str, int]:
     return dict.fromkeys(("pending", "syncing", "running", "suspended", "succeeded", "failed", "total"), 0)
 
 
+# -- a scheduler installed after the controller started ------------------------------------------
+
+
+class TestSchedulerInstalledLater:
+    """Runs before the scheduler CRDs are installed: this test installs them itself, mid-way."""
+
+    def test_pod_group_api_installed_later_is_picked_up_and_read_from_a_cache(
+        self,
+        request: pytest.FixtureRequest,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+    ) -> None:
+        crd = "podgroups.scheduling.x-k8s.io"
+        assert not served(cluster, crd), f"{crd} must not be installed when this test starts"
+        queue = make_queue(scheduling={"scheduler": "coscheduling"})
+        app = start_controller()
+        make_job(cluster, namespace, queue)
+        wait_reason(cluster, queue, "Ready", "SchedulerNotInstalled")
+        job_condition(cluster, namespace, "Admitted", "QueueNotReady")
+
+        request.getfixturevalue("scheduler_apis")  # every scheduler's CRDs, from now on
+        # discovery answers are cached for 30 s and a queue that is not Ready looks again every 10 s
+        wait_reason(cluster, queue, "Ready", "Ready", timeout=90)
+        pg = wait_until(lambda: get_or_none(cluster, crd, "train", "-n", namespace), 60, message="PodGroup")
+        tj = cluster.get("torchrunjob", "train", "-n", namespace)
+        assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+
+        # a running job's passes read its PodGroup from the informer started just now, not the API
+        before = reads(app, crd)
+        force_passes(app, cluster, "torchrunjob", "torchrunjob", "train", "-n", namespace)
+        assert reads(app, crd) == before
+        assert get_or_none(cluster, crd, "train", "-n", namespace)["metadata"]["uid"] == pg["metadata"]["uid"]
+
+
 # -- KAI-Scheduler -------------------------------------------------------------------------------
 
 
@@ -368,6 +436,40 @@ class TestKai:
             lambda: get_or_none(cluster, KAI_QUEUES, renamed) is None, 120, 0.5, message="KAI Queue GC"
         )
         assert get_or_none(cluster, KAI_QUEUES, root) is not None
+
+    def test_queue_checks_read_caches_not_the_api(
+        self, cluster: Cluster, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        tag = uuid.uuid4().hex[:6]
+        sc = f"fast-{tag}"
+        cluster.apply(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": sc},
+                "provisioner": "kubernetes.io/no-provisioner",
+            }
+        )
+        try:
+            make_queue(scheduling={"scheduler": "kai-scheduler"}, kaiQueue=f"root-{tag}")
+            leaf = make_queue(
+                scheduling={"scheduler": "kai-scheduler"},
+                kaiQueue=f"team-{tag}",
+                parentKaiQueue=f"root-{tag}",
+                storage={"workspace": {"storageClassName": sc}},
+            )
+            app = start_controller()
+            wait_reason(cluster, leaf, "Ready", "Ready", timeout=45)
+            wait_reason(cluster, leaf, "KaiQueueReady", "KaiQueueSynced")
+
+            # the StorageClass, the parent KAI Queue and its own KAI Queue all come from caches
+            resources = ("storageclasses.storage.k8s.io", "queues.scheduling.run.ai")
+            before = {r: reads(app, r) for r in resources}
+            force_passes(app, cluster, "torchrunqueue", "torchrunqueue", leaf)
+            assert {r: reads(app, r) for r in resources} == before
+            assert (condition(cluster.get("torchrunqueue", leaf), "Ready") or {})["status"] == "True"
+        finally:
+            cluster.kubectl("delete", "storageclass", sc, check=False)
 
     def test_kai_queue_not_made_by_us_is_left_alone(
         self, cluster: Cluster, make_queue: Maker, start_controller: Callable[..., App]
@@ -556,6 +658,48 @@ class TestCoschedulingAndVolcano:
         assert len(pods) == 3 and all(
             p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "train" for p in pods
         )
+
+    def test_an_earlier_jobs_pod_group_is_waited_out_without_polling(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        crd = "podgroups.scheduling.x-k8s.io"
+        queue = make_queue(scheduling={"scheduler": "coscheduling"})
+        app = start_controller()
+        make_job(cluster, namespace, queue)
+        old = wait_until(lambda: get_or_none(cluster, crd, "train", "-n", namespace), 60, message="PodGroup")
+        # the earlier job goes, but a finalizer holds its PodGroup as a slow garbage collector would
+        hold = {"metadata": {"finalizers": ["example.com/hold"]}}
+        merge_patch(cluster, crd, "train", hold, "-n", namespace)
+        cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
+        wait_until(
+            lambda: (
+                get_or_none(cluster, "job", "train", "-n", namespace) is None
+                and get_or_none(cluster, "service", "train", "-n", namespace) is None
+            ),
+            60,
+            message="the earlier job's Job and Service gone",
+        )
+        assert get_or_none(cluster, crd, "train", "-n", namespace)["metadata"]["deletionTimestamp"]
+
+        make_job(cluster, namespace, queue)
+        before = reads(app, crd)
+        time.sleep(8)
+        assert get_or_none(cluster, "job", "train", "-n", namespace) is None  # no pod outside its gang
+        assert reads(app, crd) == before  # waited on the cache, not by polling the API
+
+        merge_patch(cluster, crd, "train", {"metadata": {"finalizers": None}}, "-n", namespace)
+        tj = cluster.get("torchrunjob", "train", "-n", namespace)
+        pg = wait_until(
+            lambda: (
+                (p := get_or_none(cluster, crd, "train", "-n", namespace))
+                and p["metadata"]["uid"] != old["metadata"]["uid"]
+                and p
+            ),
+            30,
+            message="the new job's PodGroup",
+        )
+        assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
 
     def test_volcano_pod_group_and_annotated_pods(
         self,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+import audit
 from jobs import condition, make_job
 from prometheus_client import generate_latest
 from testbed import Cluster, wait_until
@@ -124,6 +126,32 @@ def test_retriable_failure_restarts_until_cap(
     assert condition(failed, "Failed")["reason"] == "RestartLimitExceeded"
 
 
+def test_a_pod_that_always_exits_with_a_retriable_code_is_bounded(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    """podFailurePolicy's Ignore rule alone would recreate the pod forever, uncounted; the cap ends
+    each attempt after maxRetriableFailures, the whole-job restart budget then ends the job."""
+    queue = make_queue(
+        cluster, outcome="fail", duration="1s", annotations={"kwok.torchrun.ai/exit-code": "75"}
+    )
+    app = start_controller()
+    policy = {"retriableExitCodes": [75], "maxRetriableFailures": 2, "maxRestarts": 1}
+    make_job(cluster, namespace, queue, numNodes=1, failurePolicy=policy)
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 180, message="Failed at the cap")
+    status = failed["status"]
+    assert status["restarts"] == 1
+    assert status["retriableFailures"] == 3  # the third failure of the second attempt passed the cap
+    cond = condition(failed, "Failed")
+    assert cond["reason"] == "RestartLimitExceeded" and "RetriableFailureLimitExceeded" in cond["message"]
+    # the loop really stopped: the worker Job is gone and no pod is recreated afterwards
+    wait_until(lambda: not cluster.get("jobs", "-n", namespace)["items"], 30, message="worker Job deleted")
+    pods = len(cluster.get("pods", "-n", namespace)["items"])
+    time.sleep(5)  # a window of 5 s (kwok fails a pod 1 s after it starts): nothing new appears
+    assert len(cluster.get("pods", "-n", namespace)["items"]) <= pods
+    app.recorder.flush()
+    assert "RetriableFailure" in events_of(cluster, namespace)
+
+
 def test_restart_limit_flag_caps_restarts(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
@@ -170,36 +198,82 @@ def test_suspend_and_resume(cluster: Cluster, namespace: str, start_controller: 
     assert condition(resumed, "Suspended")["status"] == "False"
 
 
+# Both timers are checked against the job's own status timestamps. Those are written with 1 s
+# resolution, truncated: the controller's exact moment lies in [t, t + 1 s). The moment the
+# controller acted is the API server's (the audit log's requestReceivedTimestamp, microseconds),
+# so the test's own polling can neither hide an early action nor make a timely one look late.
+TIMESTAMP_RESOLUTION = 1.0
+# after the exact moment: the delayed requeue firing, the reconcile, the request reaching the
+# server, on a 2-core machine shared with other test sessions
+TIMER_TOLERANCE = 2.0
+
+
+def status_time(obj: dict[str, Any], field: str) -> datetime:
+    return datetime.fromisoformat(obj["status"][field].replace("Z", "+00:00"))
+
+
+def controller_requests(cluster: Cluster, ns: str, resource: str, verb: str) -> list[dict[str, Any]]:
+    """The controller's `verb` requests on `<resource>/train` in `ns`, oldest first."""
+    audit.flush(cluster, ns)
+    found = audit.requests_to(cluster, ns, resource, "train", verb)
+    return [e for e in found if e.get("userAgent", "").startswith("torchrun-controller")]
+
+
 def test_ttl_deletes_the_job_on_time(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
+    """ttlSecondsAfterFinished=5: the controller's DELETE of the TorchrunJob reaches the API server
+    no earlier than status.completionTime + 5 s (an early delete fails) and no later than
+    completionTime + 5 s + TIMESTAMP_RESOLUTION + TIMER_TOLERANCE."""
+    ttl = 5
     queue = make_queue(cluster, duration="1s")
     start_controller()
-    make_job(cluster, namespace, queue, ttlSecondsAfterFinished=5)
+    make_job(cluster, namespace, queue, ttlSecondsAfterFinished=ttl)
     done = wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
-    completed = time.time()
-    gone = wait_until(
+    completed = status_time(done, "completionTime")
+    wait_until(
         lambda: cluster.kubectl("get", "torchrunjob", "train", "-n", namespace, check=False).returncode != 0,
-        30,
+        ttl + 30,
         interval=0.1,
         message="deleted by TTL",
     )
-    assert gone
-    late = time.time() - completed
-    # completionTime has one-second precision; TTL is 5 s; allow 2 s for the write and the watch
-    assert late <= 5 + 2 + 1, f"deleted {late:.1f}s after completion"
-    assert done["status"]["completionTime"]
+    deletes = controller_requests(cluster, namespace, "torchrunjobs", "delete")
+    assert deletes, "the TorchrunJob is gone but the controller never sent its DELETE"
+    first = (audit.received(deletes[0]) - completed).total_seconds()
+    assert first >= ttl, f"deleted {first:.3f}s after status.completionTime: before the TTL of {ttl}s"
+    succeeded = [e for e in deletes if e["responseStatus"]["code"] < 300]
+    assert len(succeeded) == 1, [(e["responseStatus"]["code"], e["requestReceivedTimestamp"]) for e in deletes]
+    late = (audit.received(succeeded[0]) - completed).total_seconds()
+    assert late <= ttl + TIMESTAMP_RESOLUTION + TIMER_TOLERANCE, (
+        f"deleted {late:.3f}s after status.completionTime, TTL {ttl}s"
+    )
 
 
 def test_active_deadline_fails_with_deadline_exceeded(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
+    """activeDeadlineSeconds=4, counted from status.startTime: the controller stops the workers (its
+    DELETE of the worker Job reaches the API server) and records status.completionTime no earlier
+    than startTime + 4 s and no later than startTime + 4 s + TIMESTAMP_RESOLUTION +
+    TIMER_TOLERANCE; the job fails with reason DeadlineExceeded."""
+    deadline = 4
     queue = make_queue(cluster, outcome="run")
     start_controller()
-    make_job(cluster, namespace, queue, activeDeadlineSeconds=4)
-    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 30, message="Failed by deadline")
+    make_job(cluster, namespace, queue, activeDeadlineSeconds=deadline)
+    failed = wait_until(
+        lambda: phase_is(cluster, namespace, "Failed"), deadline + 30, message="Failed by deadline"
+    )
     assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    started = status_time(failed, "startTime")
+    upper = deadline + TIMESTAMP_RESOLUTION + TIMER_TOLERANCE
+    # both timestamps are truncated to the second: their difference is exact to within a second
+    recorded = (status_time(failed, "completionTime") - started).total_seconds()
+    assert deadline <= recorded <= upper, f"completionTime is startTime + {recorded}s"
     wait_until(lambda: not cluster.get("jobs", "-n", namespace)["items"], 30, message="workers removed")
+    deletes = controller_requests(cluster, namespace, "jobs", "delete")
+    assert deletes, "the worker Job is gone but the controller never sent its DELETE"
+    stopped = (audit.received(deletes[0]) - started).total_seconds()
+    assert deadline <= stopped <= upper, f"workers stopped {stopped:.3f}s after status.startTime"
 
 
 def test_missing_queue_waits_then_starts(

@@ -198,3 +198,23 @@ def test_worker_outcome_and_unschedulable_reason() -> None:
     ]
     assert st.unschedulable(pods) == "pod j-0: 0/4 nodes"
     assert st.worker_counts({"status": {"active": 2, "ready": 1}}).ready == 1
+
+
+def test_retriable_failures_count_only_this_jobs_failed_pods_with_those_codes() -> None:
+    def pod(uid: str, phase: str, code: int, container: str = "torchrun") -> dict[str, Any]:
+        state = {"terminated": {"exitCode": code}}
+        return {
+            "metadata": {"name": f"p-{uid}-{code}", "ownerReferences": [{"uid": uid, "controller": True}]},
+            "status": {"phase": phase, "containerStatuses": [{"name": container, "state": state}]},
+        }
+
+    pods = [
+        pod("w1", "Failed", 75),
+        pod("w1", "Failed", 75),
+        pod("w1", "Failed", 1),  # not a retriable code
+        pod("w1", "Failed", 75, container="sidecar"),
+        pod("w1", "Running", 75),
+        pod("w0", "Failed", 75),  # the previous attempt's Job
+    ]
+    assert st.retriable_failures(pods, "w1", {75}) == 2
+    assert st.retriable_failures(pods, "w1", ()) == 0
