@@ -124,6 +124,8 @@ start_etcd() {
 }
 
 write_audit_policy() {  # Metadata of every write (who wrote what, when), nothing else: stays small
+  # plus the reads of the deployed controller's ServiceAccount (used by one test only), so
+  # test/integration/test_config.py derives every request the controller really makes from it
   cat > "$RUN_DIR/audit-policy.yaml" <<'YAML'
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -131,6 +133,9 @@ omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  users: ["system:serviceaccount:torchrun-system:torchrun-controller"]
+  verbs: [get, list, watch]
 - level: None
 YAML
 }

@@ -25,7 +25,8 @@ lint-imports --config .importlinter
 
 log "pytest"
 set +e
-python -m pytest -p no:cacheprovider "${@:-test}"
+# -rs prints every skip's reason; a skip not in test/expected_skips.txt fails the run (test/conftest.py)
+python -m pytest -p no:cacheprovider -rs "${@:-test}"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

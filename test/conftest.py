@@ -3,6 +3,8 @@
 `cluster` starts the real control plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok with 4 fake 8-GPU nodes) once per test session in a fresh state directory,
 and stops it at the end. `namespace` gives each test its own namespace, deleted afterwards.
+Every run also gets two plugins: the skip policy (an unexpected skip fails the session) and
+the summary notes (`record_property("note", text)` is printed at the end).
 Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
 """
 
@@ -16,10 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import skip_policy
+import summary_notes
 from testbed import CONTROLPLANE, Cluster
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a skip not listed in test/expected_skips.txt fails the session (test/skip_policy.py)
+    skip_policy.register(config)
+    # record_property("note", text) lands in the run's summary (test/summary_notes.py)
+    summary_notes.register(config)
 
 
 def _cache_dir() -> Path:

@@ -53,9 +53,7 @@ def flush(cluster: Cluster, namespace: str) -> None:
     )
 
 
-def requests_to(
-    cluster: Cluster, namespace: str, resource: str, name: str, verb: str
-) -> list[Event]:
+def requests_to(cluster: Cluster, namespace: str, resource: str, name: str, verb: str) -> list[Event]:
     """The `verb` requests on one object, oldest first (flush first to see the latest)."""
     return [
         e

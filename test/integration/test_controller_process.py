@@ -47,7 +47,7 @@ def controller_process(cluster: Cluster, namespace: str, *flags: str) -> Iterato
                 proc.wait()
 
 
-def queue(cluster: Cluster, gpus: int, duration: str) -> str:
+def queue(cluster: Cluster, gpus: int, duration: str, outcome: str = "succeed") -> str:
     name = f"q-{uuid.uuid4().hex[:6]}"
     cluster.apply(
         {
@@ -58,7 +58,7 @@ def queue(cluster: Cluster, gpus: int, duration: str) -> str:
                 "nodeResources": {"gpus": gpus},
                 "image": "pytorch/pytorch:2.4.0",
                 "podAnnotations": {
-                    "kwok.torchrun.ai/outcome": "succeed",
+                    "kwok.torchrun.ai/outcome": outcome,
                     "kwok.torchrun.ai/duration": duration,
                 },
             },
@@ -128,19 +128,7 @@ def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact
     time), while a job fails and is restarted twice; then let one process finish. What a crash
     between two writes could duplicate is checked: the restart count (counted before the old Job
     is deleted), Events, worker Jobs and Services."""
-    q = f"q-{uuid.uuid4().hex[:6]}"
-    cluster.apply(
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunQueue",
-            "metadata": {"name": q},
-            "spec": {
-                "nodeResources": {"gpus": 8},
-                "image": "pytorch/pytorch:2.4.0",
-                "podAnnotations": {"kwok.torchrun.ai/outcome": "fail", "kwok.torchrun.ai/duration": "1s"},
-            },
-        }
-    )
+    q = queue(cluster, gpus=8, duration="1s", outcome="fail")
     manifest = jobs_manifest(q, ["crash"])
     manifest[0]["spec"]["failurePolicy"] = {"maxRestarts": 2}
     cluster.apply(manifest, namespace)

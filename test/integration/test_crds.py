@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 from testbed import Cluster, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, WorkspaceSource, to_json
+from controller.cmd.main import App
 
 pytestmark = pytest.mark.integration
 
@@ -123,80 +125,121 @@ def test_legacy_zip_source_is_accepted_and_read_as_upload(crds: Cluster, namespa
     assert TorchrunJob.from_json(stored).spec.workspace.source is WorkspaceSource.UPLOAD
 
 
-def test_printer_columns(crds: Cluster, namespace: str, samples: list[dict[str, Any]]) -> None:
-    status = {
-        "phase": "Running",
-        "nodes": 4,
-        "gpus": 32,
-        "restarts": 1,
-        "observedGeneration": 1,
-        "conditions": [
-            {
-                "type": "Running",
-                "status": "True",
-                "reason": "AllNodesReady",
-                "message": "4/4 nodes ready",
-                "lastTransitionTime": "2025-01-01T00:00:00Z",
-            }
-        ],
-    }
-    crds.kubectl(
-        "patch", "tj", "llama-pretrain", "-n", namespace,
-        "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}),
-    )  # fmt: skip
-    queue_status = {
-        "jobs": {"total": 3, "running": 1, "pending": 2},
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "QueueReady",
-                "lastTransitionTime": "2025-01-01T00:00:00Z",
-            }
-        ],
-    }
-    crds.kubectl(
-        "patch",
-        "tq",
-        "prod",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": queue_status}),
-    )
+def table(text: str) -> list[dict[str, str]]:
+    """kubectl's table output as rows of {HEADER: cell}, cut at the header's column starts (cells
+    such as COMMAND may hold spaces; kubectl aligns every column under its header)."""
+    header, *lines = text.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [dict(zip(header.split(), (line[a:b].strip() for a, b in bounds), strict=True)) for line in lines]
 
-    out = crds.kubectl("get", "tj,tq", "-A").stdout
-    lines = out.splitlines()
-    assert any(
-        line.split() == ["NAMESPACE", "NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE"]
-        for line in lines
-    ), out
-    assert any(
-        line.split() == ["NAMESPACE", "NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE"]
-        for line in lines
-    ), out
-    job_row = next(
-        line.split() for line in lines if line.startswith(f"{namespace} ") and "llama-pretrain" in line
-    )
-    assert job_row[:7] == [
-        namespace,
-        "torchrunjob.torchrun.ai/llama-pretrain",
-        "prod",
-        "4",
-        "32",
-        "Running",
-        "1",
-    ]
-    queue_row = next(line.split() for line in lines if "torchrunqueue.torchrun.ai/prod" in line)
-    assert queue_row[:5] == ["torchrunqueue.torchrun.ai/prod", "8", "kai-scheduler", "True", "3"]
 
-    wide = crds.kubectl("get", "tq", "prod", "-o", "wide").stdout
-    assert wide.splitlines()[0].split() == [
-        "NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE", "RUNNING", "PENDING", "IMAGE",
-    ]  # fmt: skip
-    category = crds.kubectl("get", "torchrun", "-A").stdout
-    assert "torchrunjob.torchrun.ai/mnist" in category
-    assert "torchrunqueue.torchrun.ai/basic" in category
+def rows(cluster: Cluster, *args: str) -> dict[str, dict[str, str]]:
+    """`kubectl get ARGS -o wide`, rows by NAME."""
+    return {r["NAME"]: r for r in table(cluster.kubectl("get", *args, "-o", "wide").stdout)}
+
+
+def cell(value: Any) -> str:
+    """How kubectl prints a printer column's value (absent fields print as <none>)."""
+    return "<none>" if value is None else str(value)
+
+
+def queue_on(cluster: Cluster, outcome: str) -> str:
+    name = f"cols-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        queue_manifest(
+            name,
+            nodeResources={"gpus": 8},
+            podAnnotations={"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": "1s"},
+        )
+    )
+    return name
+
+
+def test_printer_columns_show_what_the_controller_wrote(
+    crds: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    """`kubectl get tj,tq` on objects the controller produced, not on status written by hand: a
+    2-node job run to Succeeded and a 1-node job that failed after its one whole-job restart.
+    Every printer column (default and -o wide) shows the field it names in the objects' real
+    status and spec, and those are the values the two runs imply."""
+    ok, failing = queue_on(crds, "succeed"), queue_on(crds, "fail")
+    try:
+        start_controller()
+        for name, queue, spec in (
+            ("done", ok, {"numNodes": 2}),
+            ("broke", failing, {"numNodes": 1, "failurePolicy": {"maxRestarts": 1}}),
+        ):
+            crds.apply(job_manifest(name, jobQueue=queue, workspace={"source": "none"}, **spec), namespace)
+
+        def finished(name: str, phase: str) -> dict[str, Any] | None:
+            obj = crds.get("tj", name, "-n", namespace)
+            return obj if obj.get("status", {}).get("phase") == phase else None
+
+        wait_until(lambda: finished("done", "Succeeded"), 90, message="done Succeeded")
+        wait_until(lambda: finished("broke", "Failed"), 90, message="broke Failed")
+
+        def counted(name: str, phase: str) -> dict[str, Any] | None:
+            obj = crds.get("tq", name)
+            jobs = obj.get("status", {}).get("jobs", {})
+            return obj if (jobs.get("total"), jobs.get(phase)) == (1, 1) else None
+
+        wait_until(lambda: counted(ok, "succeeded"), 30, message="the queue counting its job")
+        wait_until(lambda: counted(failing, "failed"), 30, message="the queue counting its job")
+
+        plain = crds.kubectl("get", "tj", "-n", namespace).stdout
+        assert plain.splitlines()[0].split() == ["NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE"]
+        plain = crds.kubectl("get", "tq", ok).stdout
+        assert plain.splitlines()[0].split() == ["NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE"]
+
+        # the table and the objects, read back to back (finished jobs and counted queues are stable)
+        job_rows = rows(crds, "tj", "-n", namespace)
+        jobs = {o["metadata"]["name"]: o for o in crds.get("tj", "-n", namespace)["items"]}
+        queue_rows = rows(crds, "tq", ok, failing)
+        queues = {o["metadata"]["name"]: o for o in (crds.get("tq", ok), crds.get("tq", failing))}
+
+        assert set(job_rows) == set(jobs) == {"done", "broke"}
+        for name, obj in jobs.items():
+            status = obj["status"]
+            assert job_rows[name] == {
+                "NAME": name,
+                "QUEUE": obj["spec"]["jobQueue"],
+                "NODES": cell(status.get("nodes")),
+                "GPUS": cell(status.get("gpus")),
+                "PHASE": cell(status.get("phase")),
+                "RESTARTS": cell(status.get("restarts")),
+                "AGE": job_rows[name]["AGE"],
+                "READY": cell(status.get("workers", {}).get("ready")),
+                "COMMAND": obj["spec"]["command"],
+            }, name
+            assert re.fullmatch(r"\d+s", job_rows[name]["AGE"]), job_rows[name]
+        for name, obj in queues.items():
+            ready = next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
+            assert queue_rows[name] == {
+                "NAME": name,
+                "GPUS/NODE": cell(obj["spec"]["nodeResources"]["gpus"]),
+                "SCHEDULER": obj["spec"]["scheduling"]["scheduler"],
+                "READY": ready,
+                "JOBS": cell(obj["status"]["jobs"].get("total")),
+                "AGE": queue_rows[name]["AGE"],
+                "RUNNING": cell(obj["status"]["jobs"].get("running")),
+                "PENDING": cell(obj["status"]["jobs"].get("pending")),
+                "IMAGE": obj["spec"]["image"],
+            }, name
+
+        # and what the two runs imply, so a column reading a field the controller never fills fails
+        picked = ("QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS")
+        assert [job_rows["done"][k] for k in picked] == [ok, "2", "16", "Succeeded", "0"]
+        assert [job_rows["broke"][k] for k in picked] == [failing, "1", "8", "Failed", "1"]
+        picked = ("GPUS/NODE", "SCHEDULER", "READY", "JOBS", "RUNNING", "PENDING")
+        assert [queue_rows[ok][k] for k in picked] == ["8", "default", "True", "1", "0", "0"]
+        assert [queue_rows[failing][k] for k in picked] == ["8", "default", "True", "1", "0", "0"]
+
+        # the `torchrun` category lists both kinds
+        category = crds.kubectl("get", "torchrun", "-n", namespace).stdout
+        assert "torchrunjob.torchrun.ai/done" in category and f"torchrunqueue.torchrun.ai/{ok}" in category
+    finally:
+        crds.kubectl("delete", "tq", ok, failing, "--wait=false", "--ignore-not-found", check=False)
 
 
 def test_status_is_a_subresource(crds: Cluster, namespace: str) -> None:

@@ -148,9 +148,25 @@ def test_informer_recovers_after_apiserver_restart(
 ) -> None:
     create_many(rest, namespace, [f"r-{i}" for i in range(20)])
     informer, _, stop = start_informer(rest, namespace)
+
+    def failed_requests() -> float:
+        """The informer's list/watch requests that got no answer (the REST client counts them
+        with code "<error>"): each one is followed by a backoff before the next try."""
+        return sum(
+            s.value
+            for metric in rest.metrics.rest_requests.collect()
+            for s in metric.samples
+            if s.name.endswith("_total")
+            and s.labels.get("resource") == "configmaps"
+            and s.labels.get("verb") in ("list", "watch")
+            and s.labels.get("code") == "<error>"
+        )
+
     try:
+        assert failed_requests() == 0
         cluster.stop("kube-apiserver")
-        time.sleep(1)  # let the informer notice the dead watch and start backing off
+        # the informer noticed the dead watch: a retry failed, so it is backing off now
+        wait_until(lambda: failed_requests() >= 1, 30, message="the informer to retry and fail")
         cluster.start("kube-apiserver")
         rest.delete(CONFIGMAPS, "r-0", namespace)
         rest.patch(CONFIGMAPS, "r-1", {"data": {"v": "after"}}, namespace)
@@ -190,10 +206,19 @@ def test_two_candidates_one_leader_and_handover(cluster: Cluster, namespace: str
             lambda: next((i for i in procs if f"LEADING {i}" in lines[i]), None), 30, message="a leader"
         )
         other = "beta" if leader == "alpha" else "alpha"
-        time.sleep(3)  # the loser keeps standing by while the leader renews
-        assert f"LEADING {other}" not in lines[other]
-        lease = cluster.get("lease", "candidates", "-n", namespace)
-        assert lease["spec"]["holderIdentity"] == leader
+        # a window of lease duration (4 s) + 2 s, watched throughout: a leader that stopped renewing
+        # would lose the Lease inside it. The holder stays, the Lease is renewed, the loser stands by.
+        window = 4.0 + 2.0
+        first = cluster.get("lease", "candidates", "-n", namespace)["spec"]
+        renewals = {first["renewTime"]}
+        end = time.monotonic() + window
+        while time.monotonic() < end:
+            lease = cluster.get("lease", "candidates", "-n", namespace)["spec"]
+            assert lease["holderIdentity"] == leader, lease
+            assert f"LEADING {other}" not in lines[other], lines[other]
+            renewals.add(lease["renewTime"])
+            time.sleep(0.2)
+        assert len(renewals) >= 2, f"the leader never renewed its Lease in {window}s: {renewals}"
 
         procs[leader].kill()  # no release: the successor must wait out the lease
         killed_at = time.monotonic()

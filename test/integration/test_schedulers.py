@@ -670,24 +670,28 @@ class TestCoschedulingAndVolcano:
         # the earlier job goes, but a finalizer holds its PodGroup as a slow garbage collector would
         hold = {"metadata": {"finalizers": ["example.com/hold"]}}
         merge_patch(cluster, crd, "train", hold, "-n", namespace)
-        cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
-        wait_until(
-            lambda: (
-                get_or_none(cluster, "job", "train", "-n", namespace) is None
-                and get_or_none(cluster, "service", "train", "-n", namespace) is None
-            ),
-            60,
-            message="the earlier job's Job and Service gone",
-        )
-        assert get_or_none(cluster, crd, "train", "-n", namespace)["metadata"]["deletionTimestamp"]
+        try:
+            cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
+            wait_until(
+                lambda: (
+                    get_or_none(cluster, "job", "train", "-n", namespace) is None
+                    and get_or_none(cluster, "service", "train", "-n", namespace) is None
+                ),
+                60,
+                message="the earlier job's Job and Service gone",
+            )
+            assert get_or_none(cluster, crd, "train", "-n", namespace)["metadata"]["deletionTimestamp"]
+            make_job(cluster, namespace, queue)
+            before = reads(app, crd)
+            time.sleep(8)
+            gated = get_or_none(cluster, "job", "train", "-n", namespace) is None
+            polled = reads(app, crd) - before
+        finally:
+            release = ["--type=merge", "-p", json.dumps({"metadata": {"finalizers": None}})]
+            cluster.kubectl("patch", crd, "train", "-n", namespace, *release, check=False)
+        assert gated  # no worker Job, so no pod outside its gang
+        assert polled == 0  # waited on the cache, not by polling the API
 
-        make_job(cluster, namespace, queue)
-        before = reads(app, crd)
-        time.sleep(8)
-        assert get_or_none(cluster, "job", "train", "-n", namespace) is None  # no pod outside its gang
-        assert reads(app, crd) == before  # waited on the cache, not by polling the API
-
-        merge_patch(cluster, crd, "train", {"metadata": {"finalizers": None}}, "-n", namespace)
         tj = cluster.get("torchrunjob", "train", "-n", namespace)
         pg = wait_until(
             lambda: (

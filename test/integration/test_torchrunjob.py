@@ -242,7 +242,9 @@ def test_ttl_deletes_the_job_on_time(
     first = (audit.received(deletes[0]) - completed).total_seconds()
     assert first >= ttl, f"deleted {first:.3f}s after status.completionTime: before the TTL of {ttl}s"
     succeeded = [e for e in deletes if e["responseStatus"]["code"] < 300]
-    assert len(succeeded) == 1, [(e["responseStatus"]["code"], e["requestReceivedTimestamp"]) for e in deletes]
+    assert len(succeeded) == 1, [
+        (e["responseStatus"]["code"], e["requestReceivedTimestamp"]) for e in deletes
+    ]
     late = (audit.received(succeeded[0]) - completed).total_seconds()
     assert late <= ttl + TIMESTAMP_RESOLUTION + TIMER_TOLERANCE, (
         f"deleted {late:.3f}s after status.completionTime, TTL {ttl}s"

@@ -1,0 +1,116 @@
+"""OptionalInformers: caches for APIs that may be served only later (fed directly, no API server)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+
+from controller.cache import OptionalInformers, SharedInformerFactory
+from controller.cache.informer import FuncHandler
+from controller.errors import TransientError
+from controller.metrics.registry import ControllerMetrics
+from controller.rest.client import RESTClient
+from controller.rest.resources import Resource
+
+WIDGETS = Resource("example.com", "v1", "widgets", "Widget")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def widget(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"}}
+
+
+@pytest.fixture
+def factory() -> SharedInformerFactory:
+    cfg = k8s_client.Configuration()
+    cfg.host = "http://127.0.0.1:9"  # nothing listens: a started reflector only backs off
+    return SharedInformerFactory(RESTClient(cfg, metrics=ControllerMetrics()), namespace="ns")
+
+
+@pytest.fixture
+def stop() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+class Served:
+    """A discovery check the test flips."""
+
+    def __init__(self) -> None:
+        self.served: set[str] = set()
+
+    def __call__(self, group_version: str) -> bool:
+        return group_version in self.served
+
+
+def test_an_api_not_served_has_no_cache_and_starts_nothing(
+    factory: SharedInformerFactory, stop: threading.Event
+) -> None:
+    informers = OptionalInformers(factory, Served())
+    informers.start(stop)
+    assert informers.lister(WIDGETS) is None
+    assert factory.wait_for_cache_sync(0) == {}  # no informer was started
+
+
+def test_before_start_a_cache_is_a_transient_error(factory: SharedInformerFactory) -> None:
+    served = Served()
+    served.served.add(WIDGETS.api_version)
+    with pytest.raises(TransientError, match="widgets"):
+        OptionalInformers(factory, served).lister(WIDGETS)
+
+
+def test_once_served_the_informer_starts_with_its_handlers_and_serves_reads(
+    factory: SharedInformerFactory, stop: threading.Event
+) -> None:
+    served = Served()
+    informers = OptionalInformers(factory, served)
+    seen: list[str] = []
+    informers.add_event_handler(
+        WIDGETS, FuncHandler(add=lambda o, _: seen.append(o["metadata"]["name"])), label_selector="app"
+    )
+    informers.start(stop)
+    assert informers.lister(WIDGETS, label_selector="app") is None
+
+    served.served.add(WIDGETS.api_version)  # the CRD is installed
+    # stand in for the reflector's first list (the shared informer is the one the factory hands out)
+    factory.informer_for(WIDGETS, label_selector="app").replace([widget("a")], "1")
+    cache = informers.lister(WIDGETS, label_selector="app")
+    assert cache is not None and cache.get("a", "ns") is not None
+    assert factory.wait_for_cache_sync(5) == {"widgets.example.com": True}  # requested and started
+    assert wait_until(lambda: seen == ["a"]), seen  # the handler registered beforehand got the cache
+
+    late: list[str] = []
+    informers.add_event_handler(
+        WIDGETS, FuncHandler(add=lambda o, _: late.append(o["metadata"]["name"])), label_selector="app"
+    )
+    factory.informer_for(WIDGETS, label_selector="app").add(widget("b"))
+    assert informers.lister(WIDGETS, label_selector="app") is not None
+    assert wait_until(lambda: sorted(late) == ["a", "b"] and seen == ["a", "b"]), (late, seen)
+
+    served.served.clear()  # the CRD is removed again
+    assert informers.lister(WIDGETS, label_selector="app") is None
+
+
+def test_a_cache_that_does_not_sync_in_time_is_a_transient_error(
+    factory: SharedInformerFactory, stop: threading.Event
+) -> None:
+    served = Served()
+    served.served.add(WIDGETS.api_version)
+    informers = OptionalInformers(factory, served, sync_timeout=0.2)
+    informers.start(stop)
+    with pytest.raises(TransientError, match="not synced"):
+        informers.lister(WIDGETS)
