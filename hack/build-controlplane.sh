@@ -9,18 +9,6 @@ set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
 command -v go >/dev/null || { echo "go is required (the Go toolchain builds the control plane)" >&2; exit 1; }
 
-# wrapper_build NAME MODULE VERSION LOCAL_VERSION OUT PKG...
-wrapper_build() {
-  local name=$1 module=$2 version=$3 local_version=$4 out=$5; shift 5
-  local work="$CACHE_DIR/src/$name-$version"
-  mkdir -p "$work" "$out"
-  local gomod
-  gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-  python3 "$HACK_DIR/testbed/wrapper_gomod.py" "$gomod" "$module" "$version" "$local_version" "$name" > "$work/go.mod"
-  printf 'package main\n' > "$work/doc.go"  # a module needs one package of its own
-  (cd "$work" && go build -trimpath -ldflags "${LDFLAGS:-} -s -w" -o "$out/" "$@")
-}
-
 build_kube() {
   [ -f "$KUBE_BIN/.done" ] && return 0
   log "building Kubernetes $KUBE_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"

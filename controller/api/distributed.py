@@ -1,9 +1,11 @@
 """How a job's processes find each other and how far it may stretch: `distributed`, `elastic`.
 
 torchrun's rendezvous is `c10d` by default (a TCP store on node 0, at `<job>-0.<job>:rdzvPort`);
-`etcd-v2` needs an etcd serving the v2 API, either the user's (`rdzvEndpoint`) or one the
-controller runs for the job (`managedEtcd`). CEL rules reject every other combination at
-admission. `distributed.maxRestarts` is torchrun's in-node restart count, not whole-job restarts.
+`etcd-v2` needs an etcd serving the v2 API: the user's (`rdzvEndpoint`), or — without an endpoint,
+as the seed's examples write it — one the controller runs for the job (an etcd 3.5 pod
+`<job>-etcd`, see `torchrunjob/rendezvous.py`). `managedEtcd: true` is the explicit spelling of
+the same. CEL rejects an endpoint together with `managedEtcd`, and either with `c10d`.
+`distributed.maxRestarts` is torchrun's in-node restart count, not whole-job restarts.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass, field
 from controller.api.fields import Rule, api, cel
 
 MAX_NODES = 1024
+# etcd 3.5 is the last etcd serving the v2 API that torchrun's etcd-v2 rendezvous speaks; the tag
+# equals ETCD_V2_VERSION in hack/versions.env, the etcd the tests run (a unit test keeps them equal)
+DEFAULT_ETCD_IMAGE = "gcr.io/etcd-development/etcd:v3.5.35"
 
 
 class Backend(str, enum.Enum):
@@ -27,13 +32,6 @@ class RdzvBackend(str, enum.Enum):
 
 
 _RDZV_RULES = (
-    Rule(
-        "self.rdzvBackend != 'etcd-v2' || has(self.rdzvEndpoint) || self.managedEtcd",
-        "etcd-v2 rendezvous needs rdzvEndpoint (host:port of an etcd serving the v2 API) "
-        "or managedEtcd: true",
-        field_path=".rdzvEndpoint",
-        reason="FieldValueRequired",
-    ),
     Rule(
         "!has(self.rdzvEndpoint) || !self.managedEtcd",
         "rdzvEndpoint and managedEtcd are mutually exclusive",
@@ -63,14 +61,16 @@ class Distributed:
     rdzv_endpoint: str | None = field(
         default=None,
         metadata=api(
-            "host:port of the etcd for etcd-v2 rendezvous.",
+            "host:port of your etcd (serving the v2 API) for etcd-v2 rendezvous; without it the "
+            "controller runs an etcd for the job.",
             schema={"maxLength": 261, "pattern": r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:[0-9]{1,5}$"},
         ),
     )
     managed_etcd: bool = field(
         default=False,
         metadata=api(
-            "For etcd-v2 without rdzvEndpoint: the controller runs an etcd with the v2 API for the job."
+            "etcd-v2 rendezvous on an etcd the controller runs for the job (what etcd-v2 without "
+            "rdzvEndpoint means anyway)."
         ),
     )
     rdzv_port: int = field(
@@ -80,10 +80,15 @@ class Distributed:
     max_restarts: int = field(
         default=0,
         metadata=api(
-            "torchrun --max-restarts: restarts of the worker processes inside a node.",
+            "torchrun --max_restarts: restarts of the worker processes inside a node.",
             schema={"minimum": 0, "maximum": 100, "format": "int32"},
         ),
     )
+
+    @property
+    def runs_managed_etcd(self) -> bool:
+        """etcd-v2 rendezvous without an endpoint: the controller runs the etcd."""
+        return self.rdzv_backend is RdzvBackend.ETCD_V2 and self.rdzv_endpoint is None
 
 
 @cel(

@@ -16,6 +16,11 @@ limits and the overrides its queue allows. Decisions worth knowing:
   * `jobQueue` is immutable: moving a running job to a queue with another node shape is a new job.
   * `numNodes`/`numGPUs` are immutable: every node's launch carries the size, so a new size is a
     new job (never a Job whose parallelism and torchrun's `--nnodes` disagree).
+  * `spec.workspace` (the property) is the one reading of the code's source: the `workspace`
+    field, or the seed's deprecated `volumes.workspace` converted. The field has no server-side
+    default, so CEL can refuse both spellings at once; its absence means upload at /app.
+  * `distributed.rdzvBackend: etcd-v2` without `rdzvEndpoint` (the seed's examples) runs an etcd
+    for the job.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from controller.api.core import (
 )
 from controller.api.distributed import MAX_NODES, Distributed, Elastic
 from controller.api.fields import Rule, api, cel
-from controller.api.workspace import Workspace
+from controller.api.workspace import SeedVolumes, Workspace
 
 MAX_GPUS = 8192
 MAX_JOB_NAME_LENGTH = 52
@@ -171,6 +176,12 @@ class JobOverrides:
         reason="FieldValueForbidden",
     ),
     Rule(
+        "!has(self.workspace) || !has(self.volumes) || !has(self.volumes.workspace)",
+        "volumes.workspace is the seed's deprecated spelling of workspace: set only workspace",
+        field_path=".volumes.workspace",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
         "has(self.numNodes) || has(self.numGPUs)",
         "one of numNodes or numGPUs is required",
         field_path=".numNodes",
@@ -239,7 +250,17 @@ class TorchrunJobSpec:
     elastic: Elastic | None = field(
         default=None, metadata=api("Elastic node range; a fixed size when absent.")
     )
-    workspace: Workspace = field(default_factory=Workspace, metadata=api("Where the code comes from."))
+    declared_workspace: Workspace | None = field(
+        default=None,
+        metadata=api("Where the code comes from; source upload at /app when absent.", json_name="workspace"),
+    )
+    volumes: SeedVolumes | None = field(
+        default=None,
+        metadata=api(
+            "Deprecated, the seed's form: volumes.workspace {enabled, source} is read as workspace; "
+            "write workspace instead."
+        ),
+    )
     suspend: bool = field(default=False, metadata=api("Suspended: pods are removed, PVCs and status kept."))
     ttl_seconds_after_finished: int | None = field(
         default=None,
@@ -259,6 +280,21 @@ class TorchrunJobSpec:
         default_factory=FailurePolicy, metadata=api("Restarts after failures.")
     )
     overrides: JobOverrides | None = field(default=None, metadata=api("Queue settings this job replaces."))
+
+    @property
+    def seed_workspace(self) -> bool:
+        """The job spells its workspace the seed's deprecated way, `volumes.workspace`."""
+        return self.volumes is not None and self.volumes.workspace is not None
+
+    @property
+    def workspace(self) -> Workspace:
+        """Where the code comes from: `workspace`, else the deprecated `volumes.workspace`
+        converted, else the default (upload at /app). Everything reads the workspace here."""
+        if self.declared_workspace is not None:
+            return self.declared_workspace
+        if self.volumes is not None and self.volumes.workspace is not None:
+            return self.volumes.workspace.as_workspace()
+        return Workspace()
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from controller.api.core import (
     Overridable,
     Toleration,
 )
+from controller.api.distributed import DEFAULT_ETCD_IMAGE
 from controller.api.fields import JSONObject, Rule, api, cel
 from controller.api.quantity import Quantity
 from controller.api.storage import Storage
@@ -217,6 +218,15 @@ class TorchrunQueueSpec:
         default=None,
         metadata=api("Image of the sync pod; the controller's own image when absent.", schema=IMAGE_SCHEMA),
     )
+    etcd_image: str | None = field(
+        default=None,
+        metadata=api(
+            "Image of the etcd the controller runs for a job's etcd-v2 rendezvous without "
+            "rdzvEndpoint: etcd 3.5 (3.6 removed the v2 API torchrun uses), with etcd at "
+            f"/usr/local/bin/etcd like the official images; {DEFAULT_ETCD_IMAGE} when absent.",
+            schema=IMAGE_SCHEMA,
+        ),
+    )
     storage: Storage = field(default_factory=Storage, metadata=api("Volumes of the queue's jobs."))
     scheduling: Scheduling = field(default_factory=Scheduling, metadata=api("Scheduler and placement."))
     kai_queue: str | None = field(
@@ -299,6 +309,11 @@ class TorchrunQueue:
     def kai_queue_name(self) -> str:
         """The KAI Queue this queue's pods go to."""
         return self.spec.kai_queue or self.metadata.name
+
+    @property
+    def etcd_image(self) -> str:
+        """The image of the managed etcd of this queue's etcd-v2 jobs."""
+        return self.spec.etcd_image or DEFAULT_ETCD_IMAGE
 
     @property
     def kueue_queue_name(self) -> str:

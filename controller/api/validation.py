@@ -117,9 +117,10 @@ def _check_workspace_volume(spec: TorchrunJobSpec, queue: TorchrunQueue) -> list
     source = spec.workspace.source
     if source not in _NEEDS_WORKSPACE_VOLUME or queue.spec.storage.workspace.enabled:
         return []
+    path = "spec.volumes.workspace.source" if spec.seed_workspace else "spec.workspace.source"
     return [
         FieldError(
-            "spec.workspace.source",
+            path,
             f'source {source.value} needs a workspace volume, but queue "{queue.name}" has '
             "storage.workspace.enabled: false (use source none, with the code in the image)",
         )

@@ -6,6 +6,11 @@ code) are fetched by the sync pod the same way. All four land in the job's works
 which every node copies the code to `mountPath`; `none` means the code is in the image.
 Each source has exactly its own sub-object: CEL rejects `git:` without `source: git` and the
 reverse, naming the field.
+
+The seed's spelling, `volumes.workspace {enabled, source}` (`SeedWorkspace`), is a deprecated
+alias: `TorchrunJobSpec.workspace` converts it with `SeedWorkspace.as_workspace`, the one place it
+is read; the controller warns with an Event naming the field to write instead, and CEL refuses
+both spellings at once.
 """
 
 from __future__ import annotations
@@ -129,4 +134,52 @@ class Workspace:
     pvc: PVCSource | None = field(default=None, metadata=api("The PVC, for source pvc."))
     mount_path: str = field(
         default="/app", metadata=api("Where the code is on every node.", schema=PATH_SCHEMA)
+    )
+
+
+_SEED_SOURCES = ("upload", "zip", "none")
+
+
+@cel(
+    Rule(
+        "!has(self.source) || self.source in " + str(list(_SEED_SOURCES)),
+        "volumes.workspace (deprecated) takes source zip, upload or none; git, s3 and pvc need "
+        "their settings: write spec.workspace instead",
+        field_path=".source",
+    ),
+    Rule(
+        "!has(self.enabled) || self.enabled || !has(self.source) || self.source == 'none'",
+        "enabled: false means no workspace (the code is in the image), so source must be none or absent",
+        field_path=".source",
+    ),
+)
+@dataclass(frozen=True)
+class SeedWorkspace:
+    """Deprecated: the seed's `volumes.workspace`; read as `workspace` (see `as_workspace`)."""
+
+    enabled: bool | None = field(
+        default=None, metadata=api("false: no workspace, the code is in the image (source none).")
+    )
+    source: WorkspaceSource | None = field(
+        default=None,
+        metadata=api(
+            "zip (the seed's name of upload), upload or none; upload when absent.",
+            aliases={"zip": WorkspaceSource.UPLOAD.value},
+        ),
+    )
+
+    def as_workspace(self) -> Workspace:
+        """The `workspace` this seed form means."""
+        if self.enabled is False:
+            return Workspace(source=WorkspaceSource.NONE)
+        return Workspace(source=self.source or WorkspaceSource.UPLOAD)
+
+
+@dataclass(frozen=True)
+class SeedVolumes:
+    """Deprecated: the seed's `spec.volumes`, of which only `workspace` means anything here."""
+
+    workspace: SeedWorkspace | None = field(
+        default=None,
+        metadata=api("Deprecated alias of spec.workspace: {enabled, source}; write spec.workspace."),
     )

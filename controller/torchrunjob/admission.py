@@ -3,7 +3,7 @@
 `admit(job, raw_queue)` returns an `Admission` (the parsed queue, the job's topology on it and its
 parsed command) or a `Refusal` whose CamelCase reason and message become `Admitted=False`:
 `QueueNotFound`, `QueueNotReady` (quoting the queue's own Ready reason), `InvalidSpec` (every
-field `validate_job` finds), `InvalidCommand`, `ManagedEtcdUnsupported`. No I/O: the caller
+field `validate_job` finds), `InvalidCommand`. No I/O: the caller
 reads the queue from its cache.
 """
 
@@ -67,10 +67,4 @@ def admit(job: TorchrunJob, raw_queue: Mapping[str, Any] | None) -> Admission | 
         parsed = parse_command(job.spec.command)
     except LaunchError as exc:
         return Refusal("InvalidCommand", str(exc))
-    if job.spec.distributed.managed_etcd:
-        return Refusal(
-            "ManagedEtcdUnsupported",
-            "spec.distributed.managedEtcd: this controller version does not run an etcd for the job "
-            "yet; give rdzvEndpoint (an etcd serving the v2 API) or use rdzvBackend c10d",
-        )
     return Admission(queue, resolve_topology(job.spec, queue.spec.node_resources), parsed)

@@ -5,9 +5,11 @@ an owner reference to the TorchrunJob, and is written with field manager `torchr
 - `build_service`: the headless Service `<job>` (publishNotReadyAddresses, so rank 0 resolves
   before it is ready — the rendezvous needs exactly that).
 - `build_worker_job`: the Indexed Job `<job>`: one pod per node, hostnames `<job>-<index>` under
-  `subdomain: <job>`, torchrun with the launch of `launch.py`, resources and placement from the
-  queue (plus allowed overrides), /dev/shm sized shmSizePerGPU × GPUs per node, success when
-  index 0 succeeds, pod failures mapped from `failurePolicy`.
+  `subdomain: <job>`, torchrun with the launch of `launch.py` (rendezvous from `rendezvous.py`),
+  resources and placement from the queue (plus allowed overrides; a CPU-only queue requests no
+  GPU resource), /dev/shm sized shmSizePerGPU × GPUs per node (a CPU-only node counts as one),
+  success when index 0 succeeds, pod failures mapped from `failurePolicy`.
+The managed etcd of etcd-v2 rendezvous is built in `etcd.py`.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from controller.api import (
     EnvVar,
     JobTopology,
     Overridable,
-    RdzvBackend,
     TorchrunJob,
     TorchrunQueue,
     to_json,
 )
 from controller.api.resources import controller_reference
-from controller.torchrunjob.launch import ParsedCommand, Rendezvous, torchrun_args
+from controller.torchrunjob.launch import ParsedCommand, torchrun_args
+from controller.torchrunjob.rendezvous import rendezvous
 from controller.torchrunjob.scheduling import apply_scheduler
 
 RESTART_ANNOTATION = "torchrun.ai/restart"
@@ -45,7 +47,8 @@ def owner_reference(job: TorchrunJob) -> dict[str, Any]:
     return controller_reference(JOB_KIND, job.name, job.metadata.uid)
 
 
-def _metadata(job: TorchrunJob, name: str, role: str) -> dict[str, Any]:
+def object_metadata(job: TorchrunJob, name: str, role: str) -> dict[str, Any]:
+    """Name, namespace, our labels and the controller owner reference of an object of `job`."""
     return {
         "name": name,
         "namespace": job.namespace,
@@ -54,20 +57,12 @@ def _metadata(job: TorchrunJob, name: str, role: str) -> dict[str, Any]:
     }
 
 
-def rendezvous(job: TorchrunJob) -> Rendezvous:
-    dist = job.spec.distributed
-    if dist.rdzv_backend == RdzvBackend.ETCD_V2:
-        endpoint = dist.rdzv_endpoint or f"{job.name}-etcd:2379"
-        return Rendezvous("etcd-v2", endpoint, job.metadata.uid)
-    return Rendezvous("c10d", f"{job.name}-0.{job.name}:{dist.rdzv_port}", job.metadata.uid)
-
-
 def build_service(job: TorchrunJob) -> dict[str, Any]:
     port = job.spec.distributed.rdzv_port
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, job.name, "worker"),
+        "metadata": object_metadata(job, job.name, "worker"),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -160,7 +155,8 @@ def _pod_failure_policy(job: TorchrunJob) -> dict[str, Any]:
     return {"rules": rules}
 
 
-def _placement(job: TorchrunJob, queue: TorchrunQueue) -> dict[str, Any]:
+def placement(job: TorchrunJob, queue: TorchrunQueue) -> dict[str, Any]:
+    """nodeSelector, tolerations, affinity and priorityClassName of the job's pods on `queue`."""
     sched = queue.spec.scheduling
     overrides = job.spec.overrides
     node_selector = dict(sched.node_selector)
@@ -211,7 +207,7 @@ def build_worker_job(
     suspend: bool = False,
 ) -> dict[str, Any]:
     spec = queue.spec
-    shm = spec.storage.shm_size_per_gpu * topo.procs_per_node
+    shm = spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image_of(job, queue),
@@ -235,7 +231,7 @@ def build_worker_job(
         "subdomain": job.name,
         "containers": [container],
         "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(shm)}}],
-        **_placement(job, queue),
+        **placement(job, queue),
     }
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [to_json(s) for s in spec.image_pull_secrets]
@@ -250,7 +246,10 @@ def build_worker_job(
     manifest: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {**_metadata(job, job.name, "worker"), "annotations": {RESTART_ANNOTATION: str(restart)}},
+        "metadata": {
+            **object_metadata(job, job.name, "worker"),
+            "annotations": {RESTART_ANNOTATION: str(restart)},
+        },
         "spec": {
             "completionMode": "Indexed",
             "completions": completions,

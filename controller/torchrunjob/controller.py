@@ -6,9 +6,13 @@ returning a plain value that says whether the next one runs:
   2. `admit`: the queue exists and is Ready, the job is valid against it → its topology;
   3. `within_deadline`: `activeDeadlineSeconds` counted from the start;
   4. `workspace_ready`: the workspace (only `source: none` in this version);
-  5. `ensure_service`, the scheduler objects, `ensure_workers`: the headless Service and the
-     Indexed Job exist as the builders describe; the worker Job's state becomes conditions, with a
-     whole-job restart on a retriable failure while restarts remain.
+  5. `ensure_service`, `ensure_etcd`, the scheduler objects, `ensure_workers`: the headless
+     Service, for etcd-v2 without an endpoint the managed etcd (`managed_etcd.py`; the worker
+     Job is created only once it is Ready, `Running=False WaitingForEtcd` until then), and the
+     Indexed Job exist as the builders describe; the worker Job's state becomes conditions, with
+     a whole-job restart on a retriable failure while restarts remain.
+A job written with the seed's deprecated `volumes.workspace` gets one Warning Event
+(`DeprecatedField`) per controller process naming the field to write instead.
 Status is written once at the end, only when it changed; transitions become Events.
 Timers (TTL, deadline) come back as `Result(requeue_after=...)` for the exact moment. A name
 taken by an object the job does not control gives `Admitted=False NameConflict` and a
@@ -45,7 +49,7 @@ from controller.meta import is_controlled_by
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import JOBS, SERVICES
+from controller.rest.resources import JOBS, PODS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.runtime.status import update_status
@@ -53,6 +57,8 @@ from controller.torchrunjob import status as st
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.builders import RESTART_ANNOTATION, build_service, build_worker_job
 from controller.torchrunjob.children import Children, NameConflict
+from controller.torchrunjob.etcd import READY, EtcdState
+from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.scheduling import creates_suspended
 from controller.torchrunjob.updater import JobTracker, JobUpdater
@@ -72,7 +78,7 @@ _WARNING_REASONS = frozenset(
         "Restarting",
         "WorkspaceUnsupported",
         NAME_CONFLICT,
-        "ManagedEtcdUnsupported",
+        "EtcdFailing",
     }
 )
 # transitions too routine to be worth an Event (they stay visible in the conditions)
@@ -104,7 +110,8 @@ class TorchrunJobReconciler:
         self.jobs = jobs
         self.queues = queues
         self.pods = pods
-        self.children = Children(client, {JOBS: worker_jobs, SERVICES: services})
+        self.children = Children(client, {JOBS: worker_jobs, SERVICES: services, PODS: pods})
+        self.etcd = ManagedEtcd(self.children)
         self.recorder = recorder
         self.options = options or Options()
         self.metrics = metrics or client.metrics
@@ -128,6 +135,7 @@ class TorchrunJobReconciler:
             return None
         updater = self.tracker.get_or_create(key, job.metadata.uid)
         with updater.lock:
+            self.warn_deprecated(raw, job, updater)
             s = st.StatusUpdate(job, utc_now())
             self.sync(job, s, updater)
             self.write_status(raw, s)
@@ -145,8 +153,23 @@ class TorchrunJobReconciler:
             return
         if not self.ensure_service(job, s):
             return
+        etcd = self.ensure_etcd(job, admission.queue, s)
+        if etcd is None:
+            return
         self.pod_groups.ensure(job, admission.queue, admission.topology)
-        self.ensure_workers(job, admission, s, updater)
+        self.ensure_workers(job, admission, s, updater, etcd)
+
+    def warn_deprecated(self, raw: Mapping[str, Any], job: TorchrunJob, updater: JobUpdater) -> None:
+        """One Warning Event per controller process for the seed's `volumes.workspace` spelling."""
+        if not job.spec.seed_workspace or updater.seed_form_warned:
+            return
+        updater.seed_form_warned = True
+        source = job.spec.workspace.source.value
+        message = (
+            "spec.volumes.workspace is the seed's deprecated spelling of spec.workspace; it is read as "
+            f"workspace: {{source: {source}}}: write that instead (both at once are refused)"
+        )
+        self.recorder.event(raw, WARNING, "DeprecatedField", message)
 
     def write_status(self, raw: Mapping[str, Any], s: st.StatusUpdate) -> None:
         """Write the status if it changed, then one Event per condition transition worth one."""
@@ -218,6 +241,16 @@ class TorchrunJobReconciler:
         )
         return False
 
+    def ensure_etcd(self, job: TorchrunJob, queue: TorchrunQueue, s: st.StatusUpdate) -> EtcdState | None:
+        """The managed etcd's state (READY for jobs without one); None on a name conflict."""
+        if not job.spec.distributed.runs_managed_etcd:
+            return READY
+        got = self.etcd.ensure(job, queue, s.status.restarts)
+        if isinstance(got, NameConflict):
+            self.name_conflict(s, got)
+            return None
+        return got
+
     def name_conflict(self, s: st.StatusUpdate, conflict: NameConflict) -> None:
         s.cond(C.ADMITTED, False, NAME_CONFLICT, conflict.message)
         s.requeue = True
@@ -239,9 +272,15 @@ class TorchrunJobReconciler:
         return True
 
     def ensure_workers(
-        self, job: TorchrunJob, admission: Admission, s: st.StatusUpdate, updater: JobUpdater
+        self,
+        job: TorchrunJob,
+        admission: Admission,
+        s: st.StatusUpdate,
+        updater: JobUpdater,
+        etcd: EtcdState = READY,
     ) -> None:
-        """The worker Job of the current restart exists; its state becomes the job's conditions."""
+        """The worker Job of the current restart exists (created only once the rendezvous `etcd`
+        is Ready); its state becomes the job's conditions."""
         existing = self.children.get(JOBS, job)
         restart = s.status.restarts
         if (
@@ -253,6 +292,9 @@ class TorchrunJobReconciler:
             self.children.delete(JOBS, job)
             message = f"restart {restart}: waiting for the previous workers to stop"
             s.cond(C.RUNNING, False, "Restarting", message)
+            return
+        if existing is None and not etcd.ready:
+            s.cond(C.RUNNING, False, etcd.reason, etcd.message)
             return
         suspend = job.spec.suspend or creates_suspended(admission.queue)
         manifest = build_worker_job(
@@ -371,6 +413,8 @@ class TorchrunJobReconciler:
     # -- finished jobs -------------------------------------------------------------------------
 
     def finished(self, job: TorchrunJob, s: st.StatusUpdate) -> None:
+        if job.spec.distributed.runs_managed_etcd:
+            self.etcd.remove(job, service=self.options.autoclean)  # nothing rendezvous any more
         if self.options.autoclean:
             self.children.delete(JOBS, job)
             self.children.delete(SERVICES, job)

@@ -5,16 +5,19 @@
   python3 -u -m pkg.train --lr 1e-3 → torchrun … -m pkg.train --lr 1e-3  (-u → PYTHONUNBUFFERED)
   /opt/conda/bin/python train.py    → the interpreter is stripped whatever its path
   train.py                          → torchrun runs Python scripts by default
-  bash run.sh, ./run.sh, uv run x   → torchrun --no-python …  (each process runs the program)
+  bash run.sh, ./run.sh, uv run x   → torchrun --no_python …  (each process runs the program)
   WANDB_MODE=off python train.py    → leading NAME=value words become environment variables
-  a && b, x | tee log               → torchrun --no-python bash -c '<the whole line>'
+  a && b, x | tee log               → torchrun --no_python bash -c '<the whole line>'
 Quoting is preserved exactly: the result is an argv list, never re-joined through a shell.
 Commands torchrun cannot run as asked (`python -c`, an interpreter with no script, a command
 that already starts with torchrun) raise `LaunchError` with a message for the job's condition.
 
-`torchrun_args` adds the launcher's own flags: `--nnodes` (N or MIN:MAX), `--nproc-per-node`,
-`--node-rank` from the Indexed Job's completion index, the rendezvous (c10d at
-`<job>-0.<job>:<port>` or etcd-v2), `--rdzv-id` (the job's UID) and `--max-restarts`.
+`torchrun_args` adds the launcher's own flags: `--nnodes` (N or MIN:MAX), `--nproc_per_node`,
+`--node_rank` from the Indexed Job's completion index, the rendezvous (c10d at
+`<job>-0.<job>:<port>` or etcd-v2), `--rdzv_id` (the job's UID) and `--max_restarts`.
+Every flag is spelled with underscores: torchrun before 2.0 knows only those ("unrecognized
+arguments: --nproc-per-node"), and 2.x accepts both, so the launch works from torch 1.10 to
+current (test/integration/test_torchrun_compat.py runs it through two real torchruns).
 """
 
 from __future__ import annotations
@@ -155,15 +158,15 @@ def torchrun_args(
     container's environment (set from the pod's completion index)."""
     args = [
         f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        f"--node-rank=$({node_rank_env})",
-        f"--rdzv-backend={rendezvous.backend}",
-        f"--rdzv-endpoint={rendezvous.endpoint}",
-        f"--rdzv-id={rendezvous.run_id}",
-        f"--max-restarts={max_restarts}",
+        f"--nproc_per_node={nproc_per_node}",
+        f"--node_rank=$({node_rank_env})",
+        f"--rdzv_backend={rendezvous.backend}",
+        f"--rdzv_endpoint={rendezvous.endpoint}",
+        f"--rdzv_id={rendezvous.run_id}",
+        f"--max_restarts={max_restarts}",
     ]
     if parsed.no_python:
-        args.append("--no-python")
+        args.append("--no_python")
     if parsed.module:
         args.append("-m")
     # `$(` in user arguments would be expanded by the kubelet; `$$(` is its escape

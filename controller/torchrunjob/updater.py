@@ -20,6 +20,8 @@ class JobUpdater:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # the submit→running latency is observed once per job (everything else lives in the status)
     running_observed: bool = False
+    # the seed's deprecated `volumes.workspace` is warned about once per controller process
+    seed_form_warned: bool = False
 
 
 class JobTracker:

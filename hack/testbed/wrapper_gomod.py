@@ -8,8 +8,10 @@ upstream replaced with a local path by that module's *published* version. The li
 the upstream go.mod, never hard-coded, so a new release brings its own list.
 
 Usage: wrapper_gomod.py UPSTREAM_GO_MOD MODULE VERSION LOCAL_VERSION WRAPPER_NAME > go.mod
-  LOCAL_VERSION is the published version of the locally replaced modules
-  (v0.34.4 for Kubernetes v1.34.4; the same as VERSION for etcd).
+  LOCAL_VERSION is the published version of the locally replaced modules that the upstream
+  requires only as a placeholder (`v0.0.0`: v0.34.4 for Kubernetes v1.34.4); a locally replaced
+  module the upstream requires at a real version keeps it (etcd 3.5 requires its siblings at
+  v3.5.x, and client/v2 at v2.305.x).
 """
 
 from __future__ import annotations
@@ -50,16 +52,17 @@ def wrapper(upstream: str, module: str, version: str, local_version: str, name: 
     for line in _blocks(upstream, "require"):
         m = _REQ_LINE.match(line)
         if m:
-            requires[m.group(1)] = local_version if m.group(1) in local else m.group(2)
+            requires[m.group(1)] = m.group(2)
     for mod in local:
-        requires[mod] = local_version
+        if requires.get(mod, "v0.0.0").startswith("v0.0.0"):
+            requires[mod] = local_version
     requires[module] = version
     go_line = next((ln for ln in upstream.splitlines() if ln.startswith("go ")), "go 1.24")
     godebug = [ln for ln in upstream.splitlines() if ln.startswith("godebug ")]
     out = [f"module torchrun.ai/testbed/{name}", "", go_line, *godebug, "", "require ("]
     out += [f"\t{mod} {ver}" for mod, ver in sorted(requires.items())]
     out += [")", "", "replace ("]
-    out += [f"\t{mod} => {mod} {local_version}" for mod in sorted(local)]
+    out += [f"\t{mod} => {mod} {requires[mod]}" for mod in sorted(local)]
     out += [")", ""]
     return "\n".join(out)
 

@@ -125,6 +125,21 @@ def test_legacy_zip_source_is_accepted_and_read_as_upload(crds: Cluster, namespa
     assert TorchrunJob.from_json(stored).spec.workspace.source is WorkspaceSource.UPLOAD
 
 
+def test_the_seeds_forms_are_accepted_as_written(crds: Cluster, namespace: str) -> None:
+    """etcd-v2 without an endpoint (the seed README's jobs) and `volumes.workspace` (its changes
+    document) are accepted; the seed form is stored as written and read as `workspace`."""
+    crds.apply(
+        job_manifest("seed-etcd", distributed={"backend": "nccl", "rdzvBackend": "etcd-v2"}), namespace
+    )
+    etcd = TorchrunJob.from_json(crds.get("tj", "seed-etcd", "-n", namespace))
+    assert etcd.spec.distributed.runs_managed_etcd
+    crds.apply(job_manifest("seed-zip", volumes={"workspace": {"enabled": True, "source": "zip"}}), namespace)
+    stored = crds.get("tj", "seed-zip", "-n", namespace)
+    assert stored["spec"]["volumes"] == {"workspace": {"enabled": True, "source": "zip"}}
+    assert "workspace" not in stored["spec"]  # no server default: CEL can tell the spellings apart
+    assert TorchrunJob.from_json(stored).spec.workspace.source is WorkspaceSource.UPLOAD
+
+
 def table(text: str) -> list[dict[str, str]]:
     """kubectl's table output as rows of {HEADER: cell}, cut at the header's column starts (cells
     such as COMMAND may hold spaces; kubectl aligns every column under its header)."""
@@ -140,8 +155,8 @@ def rows(cluster: Cluster, *args: str) -> dict[str, dict[str, str]]:
 
 
 def cell(value: Any) -> str:
-    """How kubectl prints a printer column's value (absent fields print as <none>)."""
-    return "<none>" if value is None else str(value)
+    """How kubectl prints a printer column's value (an absent field prints as an empty cell)."""
+    return "" if value is None else str(value)
 
 
 def queue_on(cluster: Cluster, outcome: str) -> str:
@@ -369,9 +384,9 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ['spec.distributed.backend: Unsupported value: "mpi"'],
     ),
     (
-        "job-etcd-no-endpoint",
-        job_manifest(distributed={"rdzvBackend": "etcd-v2"}),
-        ["spec.distributed.rdzvEndpoint: Required value: etcd-v2 rendezvous needs rdzvEndpoint"],
+        "job-managed-etcd-with-c10d",
+        job_manifest(distributed={"managedEtcd": True}),
+        ["spec.distributed.rdzvBackend: Forbidden: rdzvEndpoint and managedEtcd are only for rdzvBackend"],
     ),
     (
         "job-etcd-both",
@@ -455,6 +470,21 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         "job-relative-mount",
         job_manifest(workspace={"mountPath": "app"}),
         ["spec.workspace.mountPath", "should match"],
+    ),
+    (
+        "job-seed-and-new-workspace",
+        job_manifest(workspace={"source": "none"}, volumes={"workspace": {"enabled": True, "source": "zip"}}),
+        ["spec.volumes.workspace: Forbidden: volumes.workspace is the seed's deprecated spelling"],
+    ),
+    (
+        "job-seed-workspace-git",
+        job_manifest(volumes={"workspace": {"source": "git"}}),
+        ["spec.volumes.workspace.source", "git, s3 and pvc need their settings: write spec.workspace"],
+    ),
+    (
+        "job-seed-workspace-disabled-zip",
+        job_manifest(volumes={"workspace": {"enabled": False, "source": "zip"}}),
+        ["spec.volumes.workspace.source", "enabled: false means no workspace"],
     ),
     # TorchrunJob: lifecycle and failure policy
     (

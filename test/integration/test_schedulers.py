@@ -633,6 +633,29 @@ class TestKueue:
         merge_patch(cluster, "job", "train", {"spec": {"suspend": False}}, "-n", namespace)  # Kueue readmits
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
 
+    def test_a_suspended_jobs_workload_is_followed_from_a_cache(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue="team-lq")
+        app = start_controller()
+        make_job(cluster, namespace, queue, suspend=True)
+        job = wait_until(
+            lambda: get_or_none(cluster, "job", "train", "-n", namespace), 60, message="worker Job"
+        )
+        assert job["spec"]["suspend"] is True
+        # Kueue makes the Workload after the Job: its arrival alone brings the job back to deactivate it
+        workload = fake_kueue_workload(cluster, namespace, job)
+        wait_until(
+            lambda: cluster.get("workload", workload, "-n", namespace)["spec"].get("active") is False,
+            30,
+            message="Workload deactivated",
+        )
+        resource = "workloads.kueue.x-k8s.io"
+        before = reads(app, resource)
+        force_passes(app, cluster, "torchrunjob", "torchrunjob", "train", "-n", namespace)
+        assert reads(app, resource) == before  # looked up on every pass while suspended, in the cache
+        assert cluster.get("workload", workload, "-n", namespace)["spec"]["active"] is False
+
 
 # -- coscheduling and Volcano --------------------------------------------------------------------
 

@@ -78,12 +78,12 @@ def test_two_node_job_runs_to_success(
     assert c["command"] == ["torchrun"]
     assert c["args"] == [
         "--nnodes=2",
-        "--nproc-per-node=8",
-        "--node-rank=$(PET_NODE_RANK)",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=train-0.train:29400",
-        f"--rdzv-id={uid}",
-        "--max-restarts=0",
+        "--nproc_per_node=8",
+        "--node_rank=$(PET_NODE_RANK)",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=train-0.train:29400",
+        f"--rdzv_id={uid}",
+        "--max_restarts=0",
         "train.py",
         "--epochs",
         "1",
@@ -327,6 +327,8 @@ def test_invalid_num_gpus_does_not_block_others(
     wait_until(lambda: phase_is(cluster, namespace, "Running", "good"), 60, message="good job runs")
     assert cluster.kubectl("get", "job", "bad", "-n", namespace, check=False).returncode != 0
 
+    # managedEtcd: true is the explicit spelling of etcd-v2 without an endpoint: admitted, and the
+    # job's etcd is made (its whole lifecycle: test_etcd_v2_without_an_endpoint_gets_a_managed_etcd)
     make_job(
         cluster, namespace, queue, name="etcd", distributed={"rdzvBackend": "etcd-v2", "managedEtcd": True}
     )
@@ -335,8 +337,122 @@ def test_invalid_num_gpus_does_not_block_others(
         30,
         message="managed etcd condition",
     )
-    assert condition(etcd, "Admitted")["reason"] == "ManagedEtcdUnsupported"
-    assert "spec.distributed.managedEtcd" in condition(etcd, "Admitted")["message"]
+    assert condition(etcd, "Admitted")["status"] == "True"
+    wait_until(lambda: phase_is(cluster, namespace, "Running", "etcd"), 60, message="the etcd-v2 job runs")
+    etcd_pod = cluster.get("pod", "etcd-etcd", "-n", namespace)
+    assert etcd_pod["metadata"]["ownerReferences"][0]["uid"] == etcd["metadata"]["uid"]
+
+
+def fill_every_node(cluster: Cluster, ns: str) -> list[str]:
+    """One pod bound to each fake node asking for all its CPUs, so nothing else fits anywhere
+    (kwok runs them); returns their names."""
+    names = []
+    for node in cluster.get("nodes")["items"]:
+        if (node["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake":
+            continue
+        name = f"filler-{node['metadata']['name']}"
+        cpu = node["status"]["allocatable"]["cpu"]
+        container = {"name": "c", "image": "filler", "resources": {"requests": {"cpu": cpu}}}
+        body = {"nodeName": node["metadata"]["name"], "containers": [container]}
+        cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}, ns)
+        names.append(name)
+    return names
+
+
+def test_etcd_v2_without_an_endpoint_gets_a_managed_etcd(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    """The seed's `rdzvBackend: etcd-v2` with no endpoint: the job's etcd (pod + Service
+    `<job>-etcd`, owned by the job) exists before any worker, the workers are created only once it
+    is Ready and are pointed at it, and it goes with the job. Every node is full at first, so the
+    etcd pod waits unscheduled (quoted in the job's status) and the worker Job must not exist."""
+    queue = make_queue(cluster, outcome="run")
+    fillers = fill_every_node(cluster, namespace)
+    start_controller()
+    make_job(cluster, namespace, queue, name="rdzv", distributed={"rdzvBackend": "etcd-v2"})
+    waiting = wait_until(
+        lambda: (
+            (o := tj(cluster, namespace, "rdzv"))
+            and (c := condition(o, "Running"))
+            and c["reason"] == "Unschedulable"
+            and o
+        ),
+        60,
+        message="the etcd pod waiting to be scheduled",
+    )
+    assert condition(waiting, "Running")["message"].startswith("etcd pod rdzv-etcd: ")
+    assert cluster.kubectl("get", "job", "rdzv", "-n", namespace, check=False).returncode != 0
+    uid = waiting["metadata"]["uid"]
+    pod = cluster.get("pod", "rdzv-etcd", "-n", namespace)
+    svc = cluster.get("service", "rdzv-etcd", "-n", namespace)
+    for obj in (pod, svc):
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("TorchrunJob", uid, True)
+        assert obj["metadata"]["labels"] == {"torchrun-job-name": "rdzv", "torchrun.ai/role": "etcd"}
+    (c,) = pod["spec"]["containers"]
+    assert c["image"].startswith("gcr.io/etcd-development/etcd:v3.5.") and "--enable-v2=true" in c["args"]
+    assert c["resources"]["limits"] and c["resources"]["requests"]["cpu"] == "100m"
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(2379, "client")]
+    assert svc["spec"]["selector"] == {"torchrun-job-name": "rdzv", "torchrun.ai/role": "etcd"}
+
+    cluster.kubectl("delete", "pod", *fillers, "-n", namespace, "--wait=false")
+    running = wait_until(lambda: phase_is(cluster, namespace, "Running", "rdzv"), 90, message="Running")
+    ready_at = next(
+        c["lastTransitionTime"]
+        for c in cluster.get("pod", "rdzv-etcd", "-n", namespace)["status"]["conditions"]
+        if c["type"] == "Ready" and c["status"] == "True"
+    )
+    worker_job = cluster.get("job", "rdzv", "-n", namespace)
+    assert worker_job["metadata"]["creationTimestamp"] >= ready_at  # RFC 3339 UTC: ordered as text
+    args = worker_job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--rdzv_backend=etcd-v2" in args and "--rdzv_endpoint=rdzv-etcd:2379" in args
+    assert condition(running, "Running")["reason"] == "AllWorkersRunning"
+
+    cluster.kubectl("delete", "torchrunjob", "rdzv", "-n", namespace)
+    wait_until(
+        lambda: not cluster.get("pods,services", "-n", namespace, "-l", "torchrun.ai/role=etcd")["items"],
+        60,
+        message="the managed etcd deleted with the job",
+    )
+
+
+def test_each_whole_job_restart_gets_a_fresh_etcd(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    """torchrun closes its rendezvous when an attempt ends and the next attempt reuses the run id,
+    so a restart replaces the managed etcd before the new workers start; a finished job's etcd pod
+    goes (nothing rendezvous any more), its Service stays until the job does."""
+    queue = make_queue(
+        cluster, outcome="fail", duration="2s", annotations={"kwok.torchrun.ai/exit-code": "1"}
+    )
+    start_controller()
+    make_job(
+        cluster, namespace, queue, distributed={"rdzvBackend": "etcd-v2"}, failurePolicy={"maxRestarts": 1}
+    )
+    first = wait_until(
+        lambda: (p := cluster.get("pods", "-n", namespace, "-l", "torchrun.ai/role=etcd")["items"]) and p[0],
+        60,
+        message="the first etcd pod",
+    )
+    assert first["metadata"]["annotations"]["torchrun.ai/restart"] == "0"
+
+    def second_etcd() -> dict[str, Any] | None:
+        pods = cluster.get("pods", "-n", namespace, "-l", "torchrun.ai/role=etcd")["items"]
+        return next((p for p in pods if p["metadata"]["uid"] != first["metadata"]["uid"]), None)
+
+    second = wait_until(second_etcd, 90, message="a new etcd pod for restart 1")
+    assert second["metadata"]["annotations"]["torchrun.ai/restart"] == "1"
+    failed = wait_until(lambda: phase_is(cluster, namespace, "Failed"), 120, message="Failed after 1 restart")
+    assert failed["status"]["restarts"] == 1
+    wait_until(
+        lambda: not cluster.get("pods", "-n", namespace, "-l", "torchrun.ai/role=etcd")["items"],
+        60,
+        message="the finished job's etcd pod removed",
+    )
+    assert (
+        cluster.get("service", "train-etcd", "-n", namespace)["metadata"]["labels"]["torchrun.ai/role"]
+        == "etcd"
+    )
 
 
 def test_autoclean_removes_pods_and_service_and_keeps_the_job(

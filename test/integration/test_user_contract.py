@@ -26,11 +26,15 @@ KUBE_GC = "system:serviceaccount:kube-system:generic-garbage-collector"
 
 @pytest.fixture
 def cluster_objects(cluster: Cluster) -> Iterator[list[tuple[str, ...]]]:
-    """Cluster-scoped objects a test creates, as `kubectl delete` arguments; removed afterwards."""
+    """What a test changes outside its namespace, as kubectl arguments that undo it (`delete`
+    is added unless they start with `taint`); undone afterwards, last first."""
     created: list[tuple[str, ...]] = []
     yield created
     for args in reversed(created):
-        cluster.kubectl("delete", *args, "--ignore-not-found", "--wait=false", check=False)
+        if args[0] == "taint":
+            cluster.kubectl(*args, check=False)
+        else:
+            cluster.kubectl("delete", *args, "--ignore-not-found", "--wait=false", check=False)
 
 
 def make_queue(cluster: Cluster, created: list[tuple[str, ...]], outcome: str = "run", **spec: Any) -> str:
@@ -191,7 +195,7 @@ def test_deleting_a_job_removes_its_job_service_and_pods(
 ) -> None:
     """`kubectl delete tj` takes the worker Job, the Service and the pods with it, through owner
     references: the controller's own garbage collector is held off (--gc-interval 3600) and the
-    audit log shows Kubernetes' garbage collector deleting the Job and the Service."""
+    audit log shows Kubernetes' garbage collector deleting the Job, the Service and the pods."""
     queue = make_queue(cluster, cluster_objects)
     start_controller("--gc-interval", "3600")
     make_job(cluster, namespace, queue)
@@ -199,7 +203,8 @@ def test_deleting_a_job_removes_its_job_service_and_pods(
         lambda: with_condition(cluster, namespace, "Running", "AllWorkersRunning"), 60, message="Running"
     )
     uid = tj(cluster, namespace)["metadata"]["uid"]
-    assert len(worker_pods(cluster, namespace)) == 2
+    pods = [p["metadata"]["name"] for p in worker_pods(cluster, namespace)]
+    assert len(pods) == 2
     for kind in ("job", "service"):
         refs = cluster.get(kind, "train", "-n", namespace)["metadata"]["ownerReferences"]
         assert [(r["kind"], r["uid"], r.get("controller")) for r in refs] == [("TorchrunJob", uid, True)]
@@ -218,6 +223,11 @@ def test_deleting_a_job_removes_its_job_service_and_pods(
             e["user"]["username"] for e in audit.requests_to(cluster, namespace, resource, "train", "delete")
         }
         assert deleters == {KUBE_GC}, (resource, deleters)
+    for pod in pods:  # the garbage collector deletes them; kwok, acting as kubelet, then removes them
+        deleters = {
+            e["user"]["username"] for e in audit.requests_to(cluster, namespace, "pods", pod, "delete")
+        }
+        assert KUBE_GC in deleters, (pod, deleters)
 
 
 def test_a_queue_naming_a_missing_storage_class_is_not_ready_and_its_jobs_wait(
@@ -258,7 +268,7 @@ def test_a_queue_naming_a_missing_storage_class_is_not_ready_and_its_jobs_wait(
             "provisioner": "kubernetes.io/no-provisioner",
         }
     )
-    cluster_objects.insert(0, ("storageclass", storage_class))  # deleted after the queue
+    cluster_objects.insert(0, ("storageclass", storage_class))  # undone last: after the queue
     wait_until(lambda: (c := queue_ready()) and c["status"] == "True", 60, message="the queue Ready")
     wait_until(
         lambda: with_condition(cluster, namespace, "Running", "AllWorkersRunning"),

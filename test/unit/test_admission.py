@@ -65,3 +65,18 @@ def test_an_admitted_job_carries_its_topology_and_launch() -> None:
     assert isinstance(verdict, Admission)
     assert (verdict.topology.nodes, verdict.topology.total_gpus) == (2, 16)
     assert verdict.message == "queue q: 2 node(s) × 8 process(es), 16 GPU(s)"
+
+
+def test_etcd_v2_rendezvous_is_admitted_with_or_without_an_endpoint() -> None:
+    for distributed in (
+        {"rdzvBackend": "etcd-v2"},  # the seed's examples: the controller runs the etcd
+        {"rdzvBackend": "etcd-v2", "managedEtcd": True},
+        {"rdzvBackend": "etcd-v2", "rdzvEndpoint": "etcd.infra:2379"},
+    ):
+        assert isinstance(admit(job(distributed=distributed), queue()), Admission), distributed
+
+
+def test_a_cpu_only_queue_admits_jobs_by_node() -> None:
+    verdict = admit(job(), queue(nodeResources={"gpus": 0, "cpus": "4"}))
+    assert isinstance(verdict, Admission)
+    assert verdict.message == "queue q: 2 node(s) × 4 process(es), 0 GPU(s)"

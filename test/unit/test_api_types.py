@@ -95,6 +95,25 @@ def test_zip_is_read_as_upload() -> None:
     assert j.spec.workspace.source is WorkspaceSource.UPLOAD
 
 
+@pytest.mark.parametrize(
+    ("seed_form", "source"),
+    [
+        ({"enabled": True, "source": "zip"}, WorkspaceSource.UPLOAD),  # the seed's changes document
+        ({"enabled": True}, WorkspaceSource.UPLOAD),
+        ({"source": "none"}, WorkspaceSource.NONE),
+        ({"enabled": False}, WorkspaceSource.NONE),
+    ],
+)
+def test_the_seeds_volumes_workspace_is_read_as_workspace(
+    seed_form: dict[str, Any], source: WorkspaceSource
+) -> None:
+    j = TorchrunJob.from_json(job(volumes={"workspace": seed_form}))
+    assert j.spec.seed_workspace
+    assert j.spec.workspace.source is source and j.spec.workspace.mount_path == "/app"
+    plain = TorchrunJob.from_json(job(workspace={"source": "none"}, volumes={}))
+    assert not plain.spec.seed_workspace and plain.spec.workspace.source is WorkspaceSource.NONE
+
+
 def test_parse_never_mutates_its_input_and_returns_copies() -> None:
     raw = queue(
         env=[{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],

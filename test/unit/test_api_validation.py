@@ -130,6 +130,12 @@ def test_numgpus_that_do_not_divide_name_the_field() -> None:
             "source pvc needs a workspace volume",
         ),
         (
+            {"storage": {"workspace": {"enabled": False}}},
+            {"volumes": {"workspace": {"enabled": True, "source": "zip"}}},
+            "spec.volumes.workspace.source",
+            "source upload needs a workspace volume",
+        ),
+        (
             {"scheduling": {"scheduler": "kai-scheduler"}, "quota": {"gpu": {"limit": 16}}},
             {"numNodes": 3},
             "spec.numNodes",

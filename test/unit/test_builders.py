@@ -81,7 +81,7 @@ def test_num_gpus_that_fit_one_node_request_only_those() -> None:
     c = m["spec"]["template"]["spec"]["containers"][0]
     assert m["spec"]["completions"] == 1
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert "--nproc-per-node=4" in c["args"] and "--nnodes=1" in c["args"]
+    assert "--nproc_per_node=4" in c["args"] and "--nnodes=1" in c["args"]
 
 
 def test_elastic_job_runs_min_to_max() -> None:
@@ -129,7 +129,7 @@ def test_command_env_and_etcd_rendezvous() -> None:
     )
     m = worker(j, queue())
     args = m["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--rdzv-backend=etcd-v2" in args and "--rdzv-endpoint=etcd.infra:2379" in args
+    assert "--rdzv_backend=etcd-v2" in args and "--rdzv_endpoint=etcd.infra:2379" in args
     assert args[-2:] == ["-m", "pkg.train"]
     env = env_of(m)
     assert env["WANDB_MODE"] == "offline" and env["PYTHONUNBUFFERED"] == "1"
@@ -218,3 +218,29 @@ def test_retriable_failures_count_only_this_jobs_failed_pods_with_those_codes() 
     ]
     assert st.retriable_failures(pods, "w1", {75}) == 2
     assert st.retriable_failures(pods, "w1", ()) == 0
+
+
+def test_a_cpu_only_queue_runs_a_process_per_cpu_and_requests_no_gpu() -> None:
+    for cpus, procs in (("4", 4), ("2500m", 2), ("500m", 1), (None, 1)):
+        node: dict[str, Any] = {"gpus": 0, "memory": "16Gi", **({"cpus": cpus} if cpus else {})}
+        m = worker(job(numNodes=3, distributed={"backend": "gloo"}), queue(nodeResources=node))
+        c = m["spec"]["template"]["spec"]["containers"][0]
+        assert f"--nproc_per_node={procs}" in c["args"], cpus
+        assert env_of(m)["WORLD_SIZE"] == str(3 * procs) and env_of(m)["PET_NPROC_PER_NODE"] == str(procs)
+        assert "nvidia.com/gpu" not in c["resources"]["limits"]
+        shm = next(v for v in m["spec"]["template"]["spec"]["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["sizeLimit"] == "2Gi"  # a CPU-only node counts as one GPU
+
+
+def test_the_seeds_gpu_counts_become_whole_nodes() -> None:
+    """numGPUs 16 and 32 on the seed's 8-GPU queues (its README examples)."""
+    for gpus, nodes in ((16, 2), (32, 4)):
+        m = worker(job(numNodes=None, numGPUs=gpus), queue())
+        assert m["spec"]["completions"] == nodes and env_of(m)["WORLD_SIZE"] == str(gpus)
+
+
+def test_etcd_v2_without_an_endpoint_points_the_workers_at_the_managed_etcd() -> None:
+    m = worker(job(distributed={"rdzvBackend": "etcd-v2"}), queue())
+    args = m["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--rdzv_backend=etcd-v2" in args and "--rdzv_endpoint=j-etcd:2379" in args
+    assert env_of(m)["PET_RDZV_ENDPOINT"] == "j-etcd:2379"

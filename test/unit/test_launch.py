@@ -1,4 +1,7 @@
-"""The launch builder: what users type → what torchrun runs (table-driven)."""
+"""The launch builder: what users type → what torchrun runs (table-driven).
+
+Every launcher flag is spelled with underscores, the only spelling torchrun knew before 2.0
+(test/integration/test_torchrun_compat.py feeds the result to two real torchruns)."""
 
 from __future__ import annotations
 
@@ -16,12 +19,12 @@ from controller.torchrunjob.launch import (
 RDZV = Rendezvous("c10d", "job-0.job:29400", "uid-1")
 HEAD = [
     "--nnodes=2",
-    "--nproc-per-node=8",
-    "--node-rank=$(PET_NODE_RANK)",
-    "--rdzv-backend=c10d",
-    "--rdzv-endpoint=job-0.job:29400",
-    "--rdzv-id=uid-1",
-    "--max-restarts=0",
+    "--nproc_per_node=8",
+    "--node_rank=$(PET_NODE_RANK)",
+    "--rdzv_backend=c10d",
+    "--rdzv_endpoint=job-0.job:29400",
+    "--rdzv_id=uid-1",
+    "--max_restarts=0",
 ]
 
 CASES: list[tuple[str, list[str], dict[str, str]]] = [
@@ -36,20 +39,20 @@ CASES: list[tuple[str, list[str], dict[str, str]]] = [
     ("python -W ignore train.py", ["train.py"], {"PYTHONWARNINGS": "ignore"}),
     ("python -O train.py", ["train.py"], {"PYTHONOPTIMIZE": "1"}),
     ("train.py --x 1", ["train.py", "--x", "1"], {}),
-    ("bash run.sh --fast", ["--no-python", "bash", "run.sh", "--fast"], {}),
-    ("./run.sh", ["--no-python", "./run.sh"], {}),
-    ("uv run train.py", ["--no-python", "uv", "run", "train.py"], {}),
+    ("bash run.sh --fast", ["--no_python", "bash", "run.sh", "--fast"], {}),
+    ("./run.sh", ["--no_python", "./run.sh"], {}),
+    ("uv run train.py", ["--no_python", "uv", "run", "train.py"], {}),
     ("WANDB_MODE=offline python train.py", ["train.py"], {"WANDB_MODE": "offline"}),
-    ("A=1 B='x y' bash go.sh", ["--no-python", "bash", "go.sh"], {"A": "1", "B": "x y"}),
+    ("A=1 B='x y' bash go.sh", ["--no_python", "bash", "go.sh"], {"A": "1", "B": "x y"}),
     ("python train.py --name 'my run' --tags \"a b\"", ["train.py", "--name", "my run", "--tags", "a b"], {}),
     ("python train.py --msg 'it''s'", ["train.py", "--msg", "its"], {}),
     ("python train.py --pattern '$(HOME)'", ["train.py", "--pattern", "$$(HOME)"], {}),
     (
         "pip install -e . && python train.py",
-        ["--no-python", "bash", "-c", "pip install -e . && python train.py"],
+        ["--no_python", "bash", "-c", "pip install -e . && python train.py"],
         {},
     ),
-    ("python train.py | tee log.txt", ["--no-python", "bash", "-c", "python train.py | tee log.txt"], {}),
+    ("python train.py | tee log.txt", ["--no_python", "bash", "-c", "python train.py | tee log.txt"], {}),
     ("python train.py --data=/data/x.json", ["train.py", "--data=/data/x.json"], {}),
 ]
 
@@ -97,9 +100,17 @@ def test_elastic_and_restarts_and_etcd() -> None:
         rendezvous=Rendezvous("etcd-v2", "job-etcd:2379", "uid-9"),
         max_restarts=3,
     )
-    assert "--nnodes=1:4" in args and "--nproc-per-node=4" in args
-    assert "--rdzv-backend=etcd-v2" in args and "--rdzv-endpoint=job-etcd:2379" in args
-    assert "--max-restarts=3" in args and args[-1] == "train.py"
+    assert "--nnodes=1:4" in args and "--nproc_per_node=4" in args
+    assert "--rdzv_backend=etcd-v2" in args and "--rdzv_endpoint=job-etcd:2379" in args
+    assert "--max_restarts=3" in args and args[-1] == "train.py"
+
+
+def test_no_flag_uses_a_spelling_older_torchrun_rejects() -> None:
+    """torchrun before 2.0 has only underscore spellings; `-m` is the one short flag."""
+    parsed = ParsedCommand(["run.sh"], no_python=True)
+    args = torchrun_args(parsed, nnodes="2", nproc_per_node=8, rendezvous=RDZV, max_restarts=1)
+    flags = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    assert flags and all("-" not in f[2:] for f in flags), flags
 
 
 def test_parsed_command_defaults() -> None:
