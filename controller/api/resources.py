@@ -14,7 +14,7 @@ from controller.api.groupversion import (
     QUEUE_PLURAL,
     VERSION,
 )
-from controller.rest.resources import Resource
+from controller.meta import Resource
 
 TORCHRUNJOBS = Resource(GROUP, VERSION, JOB_PLURAL, JOB_KIND, namespaced=True)
 TORCHRUNQUEUES = Resource(GROUP, VERSION, QUEUE_PLURAL, QUEUE_KIND, namespaced=False)

@@ -22,9 +22,9 @@ from controller.cache.informer import SharedIndexInformer, Transform
 from controller.cache.lister import Lister
 from controller.cache.store import DEFAULT_INDEXERS, IndexFunc
 from controller.cache.transforms import strip_managed_fields
+from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.resources import Resource
 
 _Key = tuple[Resource, str | None, str | None]
 

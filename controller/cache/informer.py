@@ -25,9 +25,9 @@ from controller.cache.reflector import Reflector
 from controller.cache.store import Indexer, IndexFunc
 from controller.cache.transforms import strip_managed_fields
 from controller.clock import REAL_CLOCK, Clock
+from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.resources import Resource
 
 log = structlog.get_logger("informer")
 

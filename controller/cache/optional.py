@@ -30,7 +30,7 @@ from controller.cache.factory import SharedInformerFactory
 from controller.cache.informer import EventHandler, SharedIndexInformer
 from controller.cache.lister import Lister
 from controller.errors import TransientError
-from controller.rest.resources import Resource
+from controller.meta import Resource
 
 SYNC_TIMEOUT = 10.0  # seconds a reconcile may wait for an optional cache's first list
 

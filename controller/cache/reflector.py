@@ -36,10 +36,10 @@ import structlog
 
 from controller.backoff import Backoff
 from controller.clock import REAL_CLOCK, Clock
+from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient, WatchStream
 from controller.rest.errors import ApiError, status_error
-from controller.rest.resources import Resource
 
 log = structlog.get_logger("reflector")
 

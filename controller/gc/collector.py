@@ -29,11 +29,11 @@ import structlog
 
 from controller.api import GROUP, JOB_KIND, PERSIST_LABEL
 from controller.cache import Lister
-from controller.meta import controller_of
+from controller.meta import Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import JOBS, NODES, PODS, Resource
+from controller.rest.resources import JOBS, NODES, PODS
 
 log = structlog.get_logger("gc")
 

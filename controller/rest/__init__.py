@@ -6,9 +6,9 @@ every request is counted by verb, resource and code. Objects are plain dicts, ne
 model objects (they are slow to build and hide unknown fields).
 """
 
+from controller.meta import Resource
 from controller.rest.client import RESTClient, WatchEvent
 from controller.rest.config import load_config
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
 
 __all__ = ["ApiError", "RESTClient", "Resource", "WatchEvent", "load_config"]

@@ -40,9 +40,9 @@ from kubernetes.client.rest import RESTClientObject
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from controller.flowcontrol import TokenBucket
+from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.errors import ApiError, LeadershipLostError
-from controller.rest.resources import Resource
 
 FIELD_MANAGER = "torchrun-controller"
 # How long a watch connection may stay silent before we drop it and watch again. client-go

@@ -1,40 +1,9 @@
-"""Resource descriptors: enough of a GroupVersionResource to build a request path."""
+"""Descriptors of the built-in resources the controller reads and writes (`Resource` lives in
+`controller.meta`, so the API types can name resources without importing the REST layer)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def key(self) -> str:
-        """A short name for logs and metric labels: `pods`, `jobs.batch`."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
-
+from controller.meta import Resource
 
 PODS = Resource("", "v1", "pods", "Pod")
 SERVICES = Resource("", "v1", "services", "Service")

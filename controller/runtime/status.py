@@ -13,9 +13,9 @@ from typing import Any
 
 from controller.cache import thaw
 from controller.errors import TransientError
+from controller.meta import Resource
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
 
 
 def update_status(

@@ -22,10 +22,9 @@ import structlog
 from controller.api import JOB_KIND, TorchrunJob
 from controller.cache import Lister
 from controller.errors import TransientError
-from controller.meta import controller_of, is_controlled_by
+from controller.meta import Resource, controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
 
 log = structlog.get_logger("torchrunjob")
 Obj = Mapping[str, Any]

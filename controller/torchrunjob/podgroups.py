@@ -59,10 +59,9 @@ from controller.api import (
 )
 from controller.cache import Lister, OptionalInformers
 from controller.errors import TransientError
-from controller.meta import controller_of, is_controlled_by
+from controller.meta import Resource, controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
 from controller.torchrunjob.builders import labels, owner_reference
 from controller.torchrunjob.scheduling import KAI_QUEUE_LABEL, pod_group_name
 

@@ -28,10 +28,10 @@ from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEU
 from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.cache.transforms import slim_pod
-from controller.meta import controller_of
+from controller.meta import Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.resources import JOBS, PODS, SERVICES, Resource
+from controller.rest.resources import JOBS, PODS, SERVICES
 from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import NAME_CONFLICT, Options, TorchrunJobReconciler

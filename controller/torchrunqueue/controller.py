@@ -50,8 +50,8 @@ from controller.api import (
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNQUEUES
 from controller.cache import Lister, OptionalInformers
 from controller.clock import utc_now
+from controller.meta import Resource
 from controller.rest.client import RESTClient
-from controller.rest.resources import Resource
 from controller.runtime import Result
 from controller.runtime.status import update_status
 from controller.torchrunqueue.discovery import Discovery

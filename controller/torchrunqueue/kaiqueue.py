@@ -31,10 +31,9 @@ from controller.api import QUEUE_KIND, QUEUE_LABEL, Quantity, QueueQuota, Resour
 from controller.api.resources import controller_reference
 from controller.cache import Lister, OptionalInformers
 from controller.errors import TransientError
-from controller.meta import is_controlled_by
+from controller.meta import Resource, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import Resource
 
 log = structlog.get_logger("kaiqueue")
 

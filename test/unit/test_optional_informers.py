@@ -13,9 +13,9 @@ from kubernetes import client as k8s_client
 from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler
 from controller.errors import TransientError
+from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.resources import Resource
 
 WIDGETS = Resource("example.com", "v1", "widgets", "Widget")
 
