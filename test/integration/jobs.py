@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from testbed import Cluster
+
+from controller.cmd.main import App
 
 
 def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
@@ -30,3 +33,24 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
         if c["type"] == ctype:
             return dict(c)
     return None
+
+
+def controller_command(cluster: Cluster, namespace: str, *flags: str) -> list[str]:
+    """The `torchrun-controller` program for one test namespace, metrics on free ports."""
+    return [
+        sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(cluster.kubeconfig),
+        "--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0", *flags,
+    ]  # fmt: skip
+
+
+def rest_requests(app: App, resource: str, verbs: tuple[str, ...] | None = None) -> float:
+    """Requests the controller sent for `resource` (optionally only these verbs), by its own REST
+    metrics."""
+    return sum(
+        s.value
+        for metric in app.metrics.rest_requests.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+        and s.labels.get("resource") == resource
+        and (verbs is None or s.labels.get("verb") in verbs)
+    )

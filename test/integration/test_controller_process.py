@@ -6,34 +6,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from jobs import controller_command
 from testbed import Cluster, wait_until
 
 
 @contextmanager
 def controller_process(cluster: Cluster, namespace: str, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "controller.cmd.main",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--namespace",
-        namespace,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-level",
-        "warning",
-        *flags,
-    ]
+    cmd = controller_command(cluster, namespace, "--log-level", "warning", *flags)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield proc
@@ -95,11 +80,7 @@ WRITE_LOGS = ("created", "status")  # the controller logs each create and each s
 def kill_after_writes(cluster: Cluster, namespace: str, writes: int, timeout: float = 20.0) -> int:
     """Run the controller until it has logged `writes` writes, then SIGKILL it at once (between
     that write and the next one of the same reconcile); returns how many writes it logged."""
-    cmd = [
-        sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(cluster.kubeconfig),
-        "--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0",
-        "--log-level", "info", "--log-format", "json",
-    ]  # fmt: skip
+    cmd = controller_command(cluster, namespace, "--log-level", "info", "--log-format", "json")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = 0
     deadline = time.monotonic() + timeout

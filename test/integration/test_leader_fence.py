@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -17,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jobs import make_job
+from jobs import controller_command, make_job
 from test_controller_process import phases, queue
 from testbed import Cluster, wait_until
 
@@ -29,18 +28,9 @@ WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 def candidate(
     cluster: Cluster, namespace: str, identity: str, logs: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "controller.cmd.main",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--namespace",
+    cmd = controller_command(
+        cluster,
         namespace,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
         "--leader-elect",
         "--leader-elect-namespace",
         namespace,
@@ -54,7 +44,7 @@ def candidate(
         "0.5",
         "--log-format",
         "console",
-    ]
+    )
     with (logs / f"{identity}.log").open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jobs import condition, make_job
+from jobs import condition, make_job, rest_requests
 from testbed import REPO, Cluster, wait_until
 
 from controller.cmd.main import App
@@ -182,16 +182,8 @@ def worker_pods(cluster: Cluster, ns: str, name: str = "train") -> list[dict[str
 
 
 def reads(app: App, resource: str) -> float:
-    """GET and LIST requests the controller sent for `resource`, by its own REST metrics (watches
-    are not reads: an informer lists once, then watches)."""
-    return sum(
-        s.value
-        for metric in app.metrics.rest_requests.collect()
-        for s in metric.samples
-        if s.name.endswith("_total")
-        and s.labels.get("resource") == resource
-        and s.labels.get("verb") in ("get", "list")
-    )
+    """GET and LIST requests for `resource` (watches are not reads: an informer lists once)."""
+    return rest_requests(app, resource, ("get", "list"))
 
 
 def reconciles(app: App, controller: str) -> float:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import audit
-from jobs import condition, make_job
+from jobs import condition, make_job, rest_requests
 from prometheus_client import generate_latest
 from testbed import Cluster, wait_until
 
@@ -475,16 +475,6 @@ def test_autoclean_removes_pods_and_service_and_keeps_the_job(
     )
 
 
-def _requests(app: App, resource: str) -> float:
-    """API requests the controller sent for `resource`, by its own REST metrics."""
-    return sum(
-        s.value
-        for metric in app.metrics.rest_requests.collect()
-        for s in metric.samples
-        if s.name.endswith("_total") and s.labels.get("resource") == resource
-    )
-
-
 def test_a_name_taken_by_a_foreign_service_waits_without_hot_looping_then_starts(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
@@ -509,11 +499,11 @@ def test_a_name_taken_by_a_foreign_service_waits_without_hot_looping_then_starts
     assert f"Service {namespace}/train" in waiting["message"] and "delete or rename it" in waiting["message"]
     assert tj(cluster, namespace)["status"]["phase"] == "Pending"
     # 30 s of waiting: retries back off (client-go's per-item exponential limiter), they do not loop
-    start = _requests(app, "services")
+    start = rest_requests(app, "services")
     time.sleep(15)
-    first_half = _requests(app, "services") - start
+    first_half = rest_requests(app, "services") - start
     time.sleep(15)
-    second_half = _requests(app, "services") - start - first_half
+    second_half = rest_requests(app, "services") - start - first_half
     assert first_half + second_half <= 40, (first_half, second_half)  # 0.5 s retries sent ~60 creates
     assert second_half <= 4, (first_half, second_half)
     app.recorder.flush()
