@@ -415,8 +415,12 @@ class TorchrunJobReconciler:
     def finished(self, job: TorchrunJob, s: st.StatusUpdate) -> None:
         if job.spec.distributed.runs_managed_etcd:
             self.etcd.remove(job, service=self.options.autoclean)  # nothing rendezvous any more
-        if self.options.autoclean:
+        worker = self.children.get(JOBS, job)
+        if self.options.autoclean or (worker is not None and st.worker_outcome(worker) is None):
+            # autoclean, or a worker Job still running pods for a job that is over (a deadline,
+            # the retriable cap): a finished job never leaves workers behind
             self.children.delete(JOBS, job)
+        if self.options.autoclean:
             self.children.delete(SERVICES, job)
         self.ttl(job, s)
 
