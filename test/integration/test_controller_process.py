@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -81,21 +82,30 @@ def kill_after_writes(cluster: Cluster, namespace: str, writes: int, timeout: fl
     """Run the controller until it has logged `writes` writes, then SIGKILL it at once (between
     that write and the next one of the same reconcile); returns how many writes it logged."""
     cmd = controller_command(cluster, namespace, "--log-level", "info", "--log-format", "json")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = 0
-    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
+    seen, buf = 0, b""
+    deadline = time.monotonic() + timeout
     try:
+        # never block on the pipe: a controller with nothing left to write logs nothing
         while seen < writes and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
                 break
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("event") in WRITE_LOGS:
-                seen += 1
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("event") in WRITE_LOGS:
+                    seen += 1
+                    if seen >= writes:
+                        break
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
