@@ -54,3 +54,21 @@ def rest_requests(app: App, resource: str, verbs: tuple[str, ...] | None = None)
         and s.labels.get("resource") == resource
         and (verbs is None or s.labels.get("verb") in verbs)
     )
+
+
+def queue_manifest(name: str, outcome: str = "run", duration: str = "1s", **spec: Any) -> dict[str, Any]:
+    """An 8-GPU TorchrunQueue whose kwok pods end as `outcome` after `duration` (extra pod
+    annotations under `annotations=`, other spec fields as given)."""
+    annotations = {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": duration}
+    annotations.update(spec.pop("annotations", {}))
+    return {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
+            "image": "pytorch/pytorch:2.4.0",
+            "podAnnotations": annotations,
+            **spec,
+        },
+    }

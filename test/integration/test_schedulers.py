@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jobs import condition, make_job, rest_requests
+from jobs import condition, make_job, queue_manifest, rest_requests
 from testbed import REPO, Cluster, wait_until
 
 from controller.cmd.main import App
@@ -104,17 +104,7 @@ def make_queue(cluster: Cluster, crds: Path) -> Iterator[Maker]:
 
     def make(outcome: str = "run", **spec: Any) -> str:
         name = f"q-{uuid.uuid4().hex[:6]}"
-        body = {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
-                "image": "pytorch/pytorch:2.4.0",
-                "podAnnotations": {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": "2s"},
-                **spec,
-            },
-        }
+        body = queue_manifest(name, outcome, "2s", **spec)
         cluster.apply(body)
         created.append(name)
         return name

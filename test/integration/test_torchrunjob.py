@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import audit
-from jobs import condition, make_job, rest_requests
+from jobs import condition, make_job, queue_manifest, rest_requests
 from prometheus_client import generate_latest
 from testbed import Cluster, wait_until
 
@@ -18,19 +18,7 @@ from controller.cmd.main import App
 
 def make_queue(cluster: Cluster, outcome: str = "succeed", duration: str = "3s", **spec: Any) -> str:
     name = f"q-{uuid.uuid4().hex[:6]}"
-    annotations = {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": duration}
-    annotations.update(spec.pop("annotations", {}))
-    body = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
-            "image": "pytorch/pytorch:2.4.0",
-            "podAnnotations": annotations,
-            **spec,
-        },
-    }
+    body = queue_manifest(name, outcome, duration, **spec)
     cluster.apply(body)
     return name
 

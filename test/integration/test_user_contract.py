@@ -13,7 +13,7 @@ from typing import Any
 
 import audit
 import pytest
-from jobs import condition, make_job
+from jobs import condition, make_job, queue_manifest
 from testbed import Cluster, wait_until
 
 from controller.cmd.main import App
@@ -39,17 +39,7 @@ def cluster_objects(cluster: Cluster) -> Iterator[list[tuple[str, ...]]]:
 
 def make_queue(cluster: Cluster, created: list[tuple[str, ...]], outcome: str = "run", **spec: Any) -> str:
     name = f"uc-{uuid.uuid4().hex[:6]}"
-    body = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
-            "image": "pytorch/pytorch:2.4.0",
-            "podAnnotations": {"kwok.torchrun.ai/outcome": outcome, "kwok.torchrun.ai/duration": "1s"},
-            **spec,
-        },
-    }
+    body = queue_manifest(name, outcome, "1s", **spec)
     cluster.apply(body)
     created.append(("torchrunqueue", name))
     return name
