@@ -351,6 +351,21 @@ class TorchrunJobStatus:
             schema={"format": "int64"},
         ),
     )
+    workspace_sha256: str | None = field(
+        default=None,
+        metadata=api(
+            "SHA-256 of the code of workspaceGeneration (of the uploaded archive, or of what git/s3/pvc "
+            "gave), from the sync program's marker; the plugin compares it to skip unchanged uploads.",
+            json_name="workspaceSha256",
+            schema={"maxLength": 64},
+        ),
+    )
+    workspace_sync_time: datetime.datetime | None = field(
+        default=None,
+        metadata=api(
+            "When workspaceGeneration finished syncing: worker pods made before it are restarted onto it."
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,23 @@ class Workspace:
     mount_path: str = field(
         default="/app", metadata=api("Where the code is on every node.", schema=PATH_SCHEMA)
     )
+    generation: int = field(
+        default=0,
+        metadata=api(
+            "The code generation the job should run; it may only grow. `kubectl torchrun sync` "
+            "increments it and uploads into the sync pod <job>-sync-<generation>; for git and s3 an "
+            "increment fetches again. When it is synced, every worker restarts onto it together "
+            "(hot reload): the Job, PVCs and Service stay.",
+            schema={"minimum": 0, "format": "int64"},
+            rules=(
+                Rule(
+                    "self >= oldSelf",
+                    "workspace.generation may only grow: a generation is never synced twice",
+                    reason="FieldValueInvalid",
+                ),
+            ),
+        ),
+    )
 
 
 _SEED_SOURCES = ("upload", "zip", "none")

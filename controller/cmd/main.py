@@ -22,7 +22,6 @@ import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from controller import log as logconf
-from controller.api import JOB_LABEL
 from controller.api.resources import TORCHRUNJOBS
 from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cmd.options import ControllerOptions, parse
@@ -33,7 +32,6 @@ from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.rest import RESTClient, load_config
 from controller.rest.config import current_namespace
-from controller.rest.resources import PVCS
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob import wiring as torchrunjob_wiring
 from controller.torchrunjob.controller import Options
@@ -75,7 +73,13 @@ class App:
             self.client,
             self.recorder,
             informers=self.optional_informers,
-            options=Options(autoclean=opts.autoclean, restart_limit=opts.restart_limit),
+            options=Options(
+                autoclean=opts.autoclean,
+                restart_limit=opts.restart_limit,
+                sync_image=opts.sync_image,
+                upload_timeout=opts.upload_timeout,
+                claim_bind_timeout=opts.claim_bind_timeout,
+            ),
             threadiness=opts.threadiness,
             metrics=metrics,
             metrics_provider=provider,
@@ -88,7 +92,7 @@ class App:
             metrics=metrics,
             metrics_provider=provider,
         )
-        owned = {**torchrunjob_wiring.owned_listers(f), PVCS: f.lister_for(PVCS, label_selector=JOB_LABEL)}
+        owned = torchrunjob_wiring.owned_listers(f)
         self.gc = GarbageCollector(
             self.client,
             f.lister_for(TORCHRUNJOBS),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from controller.log import LEVELS
+from controller.torchrunjob.storage import DEFAULT_SYNC_IMAGE
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class ControllerOptions:
     kube_api_burst: int
     log_level: str
     log_format: str
+    sync_image: str
+    upload_timeout: float
+    claim_bind_timeout: float
 
 
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -115,6 +119,24 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kube-api-burst", type=_positive(int), default=100, help="client-side burst (default 100)"
+    )
+    p.add_argument(
+        "--sync-image",
+        default=DEFAULT_SYNC_IMAGE,
+        help="image of sync pods and of the workers' code-copying init container, unless the queue names"
+        f" one: it must have `python -m controller.sync` (default {DEFAULT_SYNC_IMAGE}, this controller's)",
+    )
+    p.add_argument(
+        "--upload-timeout",
+        type=_positive(float),
+        default=3600.0,
+        help="seconds a sync pod waits for `kubectl torchrun` to upload (default 3600)",
+    )
+    p.add_argument(
+        "--claim-bind-timeout",
+        type=_positive(float),
+        default=300.0,
+        help="seconds a job's PVC may stay unbound before WorkspaceReady=False ClaimNotBound (default 300)",
     )
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument("--log-format", choices=("json", "console"), default="json")

@@ -383,6 +383,20 @@ class RESTClient:
             body["preconditions"] = {"uid": uid}
         return self.request("delete", "DELETE", res.path(namespace, name), res.key, body=body)
 
+    def evict(self, res: Resource, name: str, namespace: str, *, uid: str | None = None) -> dict[str, Any]:
+        """Evict a pod through the Eviction API (policy/v1): the pod gets the DisruptionTarget
+        condition, so a Job's podFailurePolicy can tell it from a failure of the program."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        return self.request(
+            "create/eviction", "POST", res.path(namespace, name, "eviction"), res.key, body=body
+        )
+
     def watch(
         self,
         res: Resource,

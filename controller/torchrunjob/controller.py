@@ -5,12 +5,14 @@ returning a plain value that says whether the next one runs:
   1. a finished job: autoclean and TTL only;
   2. `admit`: the queue exists and is Ready, the job is valid against it → its topology;
   3. `within_deadline`: `activeDeadlineSeconds` counted from the start;
-  4. `workspace_ready`: the workspace (only `source: none` in this version);
+  4. `workspace_ready`: the PVCs exist and the code generation the spec asks for is synced by
+     its sync pod (`workspace.py`; `WorkspaceReady`, phase `Syncing` until then);
   5. `ensure_service`, `ensure_etcd`, the scheduler objects, `ensure_workers`: the headless
      Service, for etcd-v2 without an endpoint the managed etcd (`managed_etcd.py`; the worker
      Job is created only once it is Ready, `Running=False WaitingForEtcd` until then), and the
      Indexed Job exist as the builders describe; the worker Job's state becomes conditions, with
-     a whole-job restart on a retriable failure while restarts remain.
+     a whole-job restart on a retriable failure while restarts remain; once a newer code
+     generation is synced, the workers made before it are restarted onto it (hot reload).
 A job written with the seed's deprecated `volumes.workspace` gets one Warning Event
 (`DeprecatedField`) per controller process naming the field to write instead.
 Status is written once at the end, only when it changed; transitions become Events.
@@ -37,8 +39,8 @@ from controller.api import (
     JobConditionType,
     JobTopology,
     TorchrunJob,
+    TorchrunJobStatus,
     TorchrunQueue,
-    WorkspaceSource,
     find_condition,
     to_json,
 )
@@ -49,11 +51,12 @@ from controller.meta import is_controlled_by
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.rest.resources import JOBS, PODS, SERVICES
+from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.runtime.status import update_status
 from controller.torchrunjob import status as st
+from controller.torchrunjob import workspace as ws
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.builders import RESTART_ANNOTATION, build_service, build_worker_job
 from controller.torchrunjob.children import Children, NameConflict
@@ -61,6 +64,7 @@ from controller.torchrunjob.etcd import READY, EtcdState
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.scheduling import creates_suspended
+from controller.torchrunjob.storage import DEFAULT_SYNC_IMAGE, with_storage, worker_storage
 from controller.torchrunjob.updater import JobTracker, JobUpdater
 
 log = structlog.get_logger("torchrunjob")
@@ -76,19 +80,23 @@ _WARNING_REASONS = frozenset(
         "InvalidCommand",
         "Unschedulable",
         "Restarting",
-        "WorkspaceUnsupported",
         NAME_CONFLICT,
         "EtcdFailing",
     }
 )
 # transitions too routine to be worth an Event (they stay visible in the conditions)
 _QUIET_REASONS = frozenset({"NoWorkspace", "WorkersStarting", "Completed"})
+# WorkspaceReady reasons that are progress, not trouble; any other WorkspaceReady reason is a Warning
+_WORKSPACE_PROGRESS = frozenset({"NoWorkspace", ws.SYNCED, ws.SYNCING, ws.RELOADING})
 
 
 @dataclasses.dataclass
 class Options:
     autoclean: bool = False
     restart_limit: int = 10
+    sync_image: str = DEFAULT_SYNC_IMAGE
+    upload_timeout: float = 3600.0
+    claim_bind_timeout: float = 300.0
 
 
 class TorchrunJobReconciler:
@@ -101,6 +109,7 @@ class TorchrunJobReconciler:
         worker_jobs: Lister,
         services: Lister,
         pods: Lister,
+        claims: Lister,
         recorder: EventRecorder,
         pod_groups: PodGroups,
         options: Options | None = None,
@@ -110,10 +119,14 @@ class TorchrunJobReconciler:
         self.jobs = jobs
         self.queues = queues
         self.pods = pods
-        self.children = Children(client, {JOBS: worker_jobs, SERVICES: services, PODS: pods})
+        self.children = Children(client, {JOBS: worker_jobs, SERVICES: services, PODS: pods, PVCS: claims})
         self.etcd = ManagedEtcd(self.children)
         self.recorder = recorder
         self.options = options or Options()
+        settings = ws.WorkspaceSettings(
+            self.options.sync_image, self.options.upload_timeout, self.options.claim_bind_timeout
+        )
+        self.workspace = ws.WorkspaceSync(client, self.children, settings)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
         self.pod_groups = pod_groups
@@ -149,7 +162,11 @@ class TorchrunJobReconciler:
             self.finished(job, s)
             return
         admission = self.admit(job, s)
-        if admission is None or not self.within_deadline(job, s) or not self.workspace_ready(job, s):
+        if (
+            admission is None
+            or not self.within_deadline(job, s)
+            or not self.workspace_ready(job, admission, s)
+        ):
             return
         if not self.ensure_service(job, s):
             return
@@ -178,8 +195,10 @@ class TorchrunJobReconciler:
         if not update_status(self.client, TORCHRUNJOBS, raw, new):
             return
         for cond in st.changed_conditions(s.job.status.conditions, final.conditions):
-            warn = cond.reason in _WARNING_REASONS or (
-                cond.type == C.FAILED and cond.status is ConditionStatus.TRUE
+            warn = (
+                cond.reason in _WARNING_REASONS
+                or (cond.type == C.FAILED and cond.status is ConditionStatus.TRUE)
+                or (cond.type == C.WORKSPACE_READY and cond.reason not in _WORKSPACE_PROGRESS)
             )
             if (cond.status is ConditionStatus.TRUE or warn) and cond.reason not in _QUIET_REASONS:
                 self.recorder.event(raw, WARNING if warn else NORMAL, cond.reason, cond.message)
@@ -224,22 +243,22 @@ class TorchrunJobReconciler:
         self.ttl(job, s)
         return False
 
-    def workspace_ready(self, job: TorchrunJob, s: st.StatusUpdate) -> bool:
-        source = job.spec.workspace.source
-        if source == WorkspaceSource.NONE:
-            s.cond(
-                C.WORKSPACE_READY, True, "NoWorkspace", "workspace.source is none: the code is in the image"
+    def workspace_ready(self, job: TorchrunJob, admission: Admission, s: st.StatusUpdate) -> bool:
+        """The PVCs exist and a code generation is synced (the one in use stays during a reload)."""
+        state = self.workspace.ensure(job, admission.queue, admission.topology, s.status, s.now)
+        if state.conflict is not None:
+            self.name_conflict(s, state.conflict)
+            return False
+        if state.timer is not None:
+            s.timers.append(state.timer)
+        s.cond(C.WORKSPACE_READY, state.ready, state.reason, state.message)
+        if state.ready and state.generation is not None:
+            s.set(
+                workspace_generation=state.generation,
+                workspace_sha256=state.sha256,
+                workspace_sync_time=state.synced_at,
             )
-            return True
-        # The sync pod (upload, git, s3, pvc) is not part of this controller version yet.
-        s.cond(
-            C.WORKSPACE_READY,
-            False,
-            "WorkspaceUnsupported",
-            f"workspace.source {source.value} is not supported by this controller version yet; "
-            "use workspace.source: none with the code in the image",
-        )
-        return False
+        return state.ready
 
     def ensure_etcd(self, job: TorchrunJob, queue: TorchrunQueue, s: st.StatusUpdate) -> EtcdState | None:
         """The managed etcd's state (READY for jobs without one); None on a name conflict."""
@@ -297,9 +316,7 @@ class TorchrunJobReconciler:
             s.cond(C.RUNNING, False, etcd.reason, etcd.message)
             return
         suspend = job.spec.suspend or creates_suspended(admission.queue)
-        manifest = build_worker_job(
-            job, admission.queue, admission.topology, admission.command, restart=restart, suspend=suspend
-        )
+        manifest = self.worker_job_manifest(job, admission, restart=restart, suspend=suspend, status=s.status)
         got = self.children.ensure(JOBS, job, manifest)
         if got.conflict is not None:
             self.name_conflict(s, got.conflict)
@@ -308,6 +325,29 @@ class TorchrunJobReconciler:
         if got.obj is existing:
             self.patch_suspend(job, admission.queue, got.obj)
         self.observe(job, admission.topology, got.obj, s, updater)
+
+    def worker_job_manifest(
+        self,
+        job: TorchrunJob,
+        admission: Admission,
+        *,
+        restart: int,
+        suspend: bool,
+        status: TorchrunJobStatus,
+    ) -> dict[str, Any]:
+        """The worker Job with its storage: the code of the generation in use, checkpoints, datasets."""
+        queue = admission.queue
+        manifest = build_worker_job(
+            job, queue, admission.topology, admission.command, restart=restart, suspend=suspend
+        )
+        storage = worker_storage(
+            job,
+            queue,
+            generation=status.workspace_generation,
+            image=queue.spec.sync_image or self.options.sync_image,
+            security_context=to_json(queue.spec.security_context),
+        )
+        return with_storage(manifest, storage, generation=status.workspace_generation)
 
     def patch_suspend(self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Mapping[str, Any]) -> None:
         """`suspend` is the one field of the worker Job we change after creating it (the pod
@@ -340,6 +380,7 @@ class TorchrunJobReconciler:
             s.cond(C.SUSPENDED, False, "Resumed", "spec.suspend is false")
         outcome = st.worker_outcome(worker_job) or self.retriable_limit(job, worker_job, s)
         if outcome is None:
+            self.reload(job, worker_job, s)
             self.running(job, topo, s, updater)
         elif outcome.succeeded:
             s.cond(C.RUNNING, False, "Completed", "the workers finished")
@@ -368,6 +409,18 @@ class TorchrunJobReconciler:
             f"failurePolicy.maxRetriableFailures ({fp.max_retriable_failures})"
         )
         return st.Outcome(False, RETRIABLE_LIMIT, message)
+
+    def reload(self, job: TorchrunJob, worker_job: Mapping[str, Any], s: st.StatusUpdate) -> None:
+        """Hot reload: workers made before the generation in use was synced restart onto it."""
+        evicted = self.workspace.roll(job, worker_job, s.status)
+        if evicted:
+            message = (
+                f"workspace generation {s.status.workspace_generation} synced: restarting {evicted} worker "
+                "pod(s) onto it together (the Job, PVCs and Service stay)"
+            )
+            self.recorder.event(
+                self.jobs.get(job.name, job.namespace) or {}, NORMAL, "WorkspaceReloaded", message
+            )
 
     def running(self, job: TorchrunJob, topo: JobTopology, s: st.StatusUpdate, updater: JobUpdater) -> None:
         ready = s.status.workers.ready
@@ -422,6 +475,7 @@ class TorchrunJobReconciler:
             self.children.delete(JOBS, job)
         if self.options.autoclean:
             self.children.delete(SERVICES, job)
+            self.workspace.clean(job)
         self.ttl(job, s)
 
     def ttl(self, job: TorchrunJob, s: st.StatusUpdate) -> None:

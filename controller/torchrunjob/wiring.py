@@ -5,7 +5,7 @@
 - TorchrunQueues: an add or delete, and an update that changes the queue's spec (`generation`)
   or its readiness (`Ready` status or reason), enqueue every job naming that queue. A queue's
   job-count writes change neither, so they fan out to nobody.
-- Owned objects (worker Jobs, Services, pods, all cached by the `torchrun-job-name` label): each
+- Owned objects (worker Jobs, Services, pods, PVCs, all cached by the `torchrun-job-name` label): each
   event enqueues the TorchrunJob named by the object's *controller owner reference* — directly,
   or for a pod through its worker Job (found in the cache by name, its UID checked, as client-go's
   `resolveControllerRef`). The label only narrows the cache; it never decides whose an object is.
@@ -31,7 +31,7 @@ from controller.cache.transforms import slim_pod
 from controller.meta import Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.resources import JOBS, PODS, SERVICES
+from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import NAME_CONFLICT, Options, TorchrunJobReconciler
@@ -43,10 +43,13 @@ Obj = Mapping[str, Any]
 NAME = "torchrunjob"
 
 
+OWNED = (JOBS, SERVICES, PODS, PVCS)
+
+
 def owned_listers(factory: SharedInformerFactory) -> dict[Resource, Lister]:
     """The caches of what jobs own, narrowed by our label (pods slimmed: see cache/transforms.py)."""
     factory.informer_for(PODS, label_selector=JOB_LABEL, transform=slim_pod)
-    return {res: factory.lister_for(res, label_selector=JOB_LABEL) for res in (JOBS, SERVICES, PODS)}
+    return {res: factory.lister_for(res, label_selector=JOB_LABEL) for res in OWNED}
 
 
 def new_controller(
@@ -70,6 +73,7 @@ def new_controller(
         worker_jobs=owned[JOBS],
         services=owned[SERVICES],
         pods=owned[PODS],
+        claims=owned[PVCS],
         recorder=recorder,
         pod_groups=PodGroups(client, informers=informers, worker_jobs=owned[JOBS]),
         options=options,
@@ -97,7 +101,7 @@ def new_controller(
         update=lambda _, n: handlers.owned(n),
         delete=handlers.owned_deleted,
     )
-    for resource in (JOBS, SERVICES, PODS):
+    for resource in OWNED:
         factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(owned_handler)
     for resource in POD_GROUP_RESOURCES.values():
         informers.add_event_handler(resource, owned_handler, label_selector=JOB_LABEL)

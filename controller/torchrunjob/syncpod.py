@@ -1,0 +1,155 @@
+"""The sync pod `<job>-sync-<G>`: its manifest and what its status says (pure, no I/O).
+
+`build_sync_pod` runs `python -m controller.sync fetch` for the job's source and generation G
+(docs/workspace.md): the workspace PVC read-write at /workspace, for `pvc` the source claim
+read-only at /source, for `git` the Secret as files, for `s3` the Secret as environment. It has no
+service account token (the sync program needs no API access) and runs as non-root.
+
+`sync_pod_state` reads a sync pod: synced only when the pod **succeeded and** its termination
+message is the sync program's success report **for generation G** (the seed trusted the pod's
+success alone); a failed pod gives the sync program's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from controller.api import JobTopology, TorchrunJob, TorchrunQueue, WorkspaceSource, parse_time
+from controller.sync.report import SyncReport, parse_termination_message
+from controller.torchrunjob.builders import object_metadata, placement
+from controller.torchrunjob.storage import (
+    GENERATION_ANNOTATION,
+    WORKSPACE_MOUNT,
+    WORKSPACE_VOLUME,
+    workspace_claim_name,
+    workspace_size,
+)
+
+CONTAINER = "sync"
+SOURCE_MOUNT = "/source"
+SECRET_MOUNT = "/var/run/secrets/torchrun.ai/source"
+SYNC_USER = 65532  # the controller image's non-root user
+
+
+def sync_pod_name(job_name: str, generation: int) -> str:
+    return f"{job_name}-sync-{generation}"
+
+
+def _fetch_args(job: TorchrunJob, upload_timeout: float) -> list[str]:
+    ws = job.spec.workspace
+    args = ["--source", ws.source.value]
+    if ws.source is WorkspaceSource.UPLOAD:
+        args += ["--timeout", str(int(upload_timeout))]
+    elif ws.source is WorkspaceSource.GIT and ws.git is not None:
+        args += ["--url", ws.git.url] + (["--ref", ws.git.ref] if ws.git.ref else [])
+    elif ws.source is WorkspaceSource.S3 and ws.s3 is not None:
+        args += ["--uri", ws.s3.uri]
+    elif ws.source is WorkspaceSource.PVC and ws.pvc is not None and ws.pvc.sub_path:
+        args += ["--sub-path", ws.pvc.sub_path]
+    return args
+
+
+def _source_volumes(job: TorchrunJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(volumes, mounts, extra container fields) that bring the source's claim or Secret in."""
+    ws = job.spec.workspace
+    if ws.source is WorkspaceSource.PVC and ws.pvc is not None:
+        vol = {"name": "source", "persistentVolumeClaim": {"claimName": ws.pvc.claim_name, "readOnly": True}}
+        return [vol], [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}], {}
+    if ws.source is WorkspaceSource.GIT and ws.git is not None and ws.git.secret:
+        vol = {"name": "source-secret", "secret": {"secretName": ws.git.secret, "defaultMode": 0o440}}
+        return [vol], [{"name": "source-secret", "mountPath": SECRET_MOUNT, "readOnly": True}], {}
+    if ws.source is WorkspaceSource.S3 and ws.s3 is not None and ws.s3.secret:
+        return [], [], {"envFrom": [{"secretRef": {"name": ws.s3.secret}}]}
+    return [], [], {}
+
+
+def build_sync_pod(
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    topo: JobTopology,
+    *,
+    generation: int,
+    image: str,
+    upload_timeout: float,
+) -> dict[str, Any]:
+    volumes, mounts, extra = _source_volumes(job)
+    command = ["python", "-m", "controller.sync", "fetch", *_fetch_args(job, upload_timeout)]
+    command += ["--generation", str(generation), "--max-bytes", str(workspace_size(queue, topo).value())]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": command,
+        "env": [{"name": "TORCHRUN_WORKSPACE", "value": WORKSPACE_MOUNT}],
+        "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_MOUNT}, *mounts],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi"},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "File",
+        **extra,
+    }
+    meta = object_metadata(job, sync_pod_name(job.name, generation), "sync")
+    meta["annotations"] = {GENERATION_ANNOTATION: str(generation)}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsUser": SYNC_USER, "runAsGroup": SYNC_USER, "fsGroup": SYNC_USER},
+        "containers": [container],
+        "volumes": [
+            {
+                "name": WORKSPACE_VOLUME,
+                "persistentVolumeClaim": {"claimName": workspace_claim_name(job.name)},
+            },
+            *volumes,
+        ],
+        **{k: v for k, v in placement(job, queue).items() if k != "priorityClassName"},
+    }
+    if queue.spec.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s.name} for s in queue.spec.image_pull_secrets]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+@dataclass(frozen=True)
+class SyncPodState:
+    """What a sync pod says: `done` (ended), `report` (the sync program's result when it ended),
+    and `finished_at` (when its container ended: workers made after it see this generation)."""
+
+    done: bool
+    report: SyncReport | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.report is not None and self.report.ok
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        if status.get("name") == CONTAINER:
+            state: Mapping[str, Any] | None = (status.get("state") or {}).get("terminated")
+            return state
+    return None
+
+
+def sync_pod_state(pod: Mapping[str, Any], generation: int) -> SyncPodState:
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return SyncPodState(done=False)
+    term = _terminated(pod) or {}
+    report = parse_termination_message(term.get("message") or "", generation)
+    if phase == "Failed" and report.ok:
+        # the program said it synced but the pod failed (killed after reporting): not ready
+        report = SyncReport.failure(generation, "SyncPodFailed", f"the sync pod failed: {term.get('reason')}")
+    elif phase == "Failed" and not report.reason:
+        reason = (pod.get("status") or {}).get("reason") or term.get("reason") or "SyncPodFailed"
+        report = SyncReport.failure(generation, "SyncPodFailed", f"the sync pod failed ({reason})")
+    finished = term.get("finishedAt")
+    return SyncPodState(done=True, report=report, finished_at=parse_time(finished) if finished else None)
