@@ -1,0 +1,43 @@
+"""The sync program: moves a job's code into a workspace generation (`python -m controller.sync`).
+
+Self-contained (standard library only, nothing else from `controller`), so the controller and the
+plugin can import its constants (`layout`, `errors`) and its termination-message parser, and so it
+can run in any image with Python. docs/workspace.md is the contract; the modules:
+
+- `errors`: `SyncError(reason, message)` and the CamelCase reasons.
+- `layout`: the workspace layout and the environment variables that locate it.
+- `limits`: `Limits`, `Stats` and the `Tally` that enforces them.
+- `names`, `tarheader`, `gunzip`, `archive`: checking and extracting a tar.gz as it streams in.
+- `tree`: `check_tree`, the same checks for a tree already on disk (git, s3 prefix, pvc).
+- `generations`: `publish` (temp dir, rename, marker, CURRENT; `<G>.failed` on failure).
+- `upload`: `receive`, exactly N bytes from stdin with a SHA-256.
+- `copy`: the workers' init container (wait for CURRENT, copy the tree).
+- `termination`: the result as a termination message, and its parser for the controller.
+- `request`: `FetchRequest`, what `fetch` hands the source modules in `sources/`.
+- `cli`: the command line.
+"""
+
+from controller.sync.archive import extract_archive
+from controller.sync.errors import SyncError
+from controller.sync.generations import Marker, publish, read_failure, read_marker, record_failure
+from controller.sync.limits import Limits, Stats
+from controller.sync.request import FetchRequest
+from controller.sync.termination import SyncResult, parse_termination_message, write_termination_message
+from controller.sync.tree import check_tree
+
+__all__ = [
+    "FetchRequest",
+    "Limits",
+    "Marker",
+    "Stats",
+    "SyncError",
+    "SyncResult",
+    "check_tree",
+    "extract_archive",
+    "parse_termination_message",
+    "publish",
+    "read_failure",
+    "read_marker",
+    "record_failure",
+    "write_termination_message",
+]
