@@ -1,0 +1,137 @@
+"""The `pvc` source: a copy of a directory of the user's claim (`$TORCHRUN_SOURCE_DIR/<sub-path>`).
+
+What this module guarantees:
+- The sub-path is relative and stays in the claim (`..`, or a symlink out of the claim, is
+  refused); a missing one, or one that is not a directory, is `SourceNotFound`.
+- The tree is copied as it is: regular files with their permission bits (`mode & 0o777`; set-id
+  bits are dropped, and the owner always keeps `rwx` on directories so an old generation can be
+  removed), directories, and symlinks that stay in the tree (as symlinks). A symlink that is
+  absolute or leaves the tree — by its text, or by where it really resolves in the claim — is
+  `InvalidArchive`, and so is a device, fifo or socket, or `.sync_success` at the top: the rules
+  an uploaded archive meets.
+- Limits: every entry is charged to the `Tally` before it is copied, so an oversized tree stops
+  with `ArchiveTooLarge` before it fills the volume.
+- A source that cannot be read is `SourceNotFound` ("cannot read ..."); the workspace volume
+  failing to take the copy is left to `publish`, which makes it `WorkspaceError`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from controller.sync import names
+from controller.sync.errors import INVALID_ARCHIVE, SOURCE_NOT_FOUND, SyncError
+from controller.sync.generations import Marker, publish
+from controller.sync.limits import Limits, Stats, Tally
+from controller.sync.request import FetchRequest
+from controller.sync.tree import check_symlink_inside
+
+_CHUNK = 1 << 20
+
+
+def fetch(request: FetchRequest) -> Marker:
+    """Publish `request.source_dir/request.sub_path` as generation `request.generation`."""
+
+    def fill(tmp: Path) -> Stats:
+        return copy(tmp, request.source_dir, request.sub_path, request.limits)
+
+    return publish(request.workspace, request.generation, fill, source="pvc")
+
+
+def copy(dest: Path, claim: Path, sub_path: str | None, limits: Limits) -> Stats:
+    """Copy `claim/sub_path` into the empty directory `dest`."""
+    source = source_dir(claim, sub_path)
+    copier = _Copier(source, limits)
+    copier.copy_dir(source, dest, PurePosixPath())
+    return copier.tally.stats()
+
+
+def source_dir(claim: Path, sub_path: str | None) -> Path:
+    """The directory to copy, checked: relative, inside the claim, existing."""
+    rel = PurePosixPath(sub_path or ".")
+    if rel.is_absolute() or ".." in rel.parts:
+        raise SyncError(SOURCE_NOT_FOUND, f"sub-path {sub_path!r} must be a relative path inside the claim")
+    source = claim / rel
+    shown = f"sub-path {str(rel)!r} of the source claim"
+    if not source.exists():
+        raise SyncError(SOURCE_NOT_FOUND, f"{shown} does not exist")
+    if not source.is_dir():
+        raise SyncError(SOURCE_NOT_FOUND, f"{shown} is not a directory")
+    if not _inside(source.resolve(), claim.resolve()):
+        raise SyncError(SOURCE_NOT_FOUND, f"{shown} is a link out of the claim")
+    return source
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+class _Copier:
+    def __init__(self, root: Path, limits: Limits) -> None:
+        self._real_root = os.path.realpath(root)
+        self.tally = Tally(limits)
+
+    def copy_dir(self, src: Path, dst: Path, rel: PurePosixPath) -> None:
+        try:
+            entries = sorted(os.scandir(src), key=lambda e: e.name)
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+        for entry in entries:
+            self._copy_entry(entry, dst / entry.name, rel / entry.name)
+
+    def _copy_entry(self, entry: os.DirEntry[str], dst: Path, rel: PurePosixPath) -> None:
+        names.check_reserved(rel.parts, str(rel))
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+        self.tally.add(st.st_size if stat.S_ISREG(st.st_mode) else 0)
+        if stat.S_ISLNK(st.st_mode):
+            self._copy_link(Path(entry.path), dst, rel)
+        elif stat.S_ISDIR(st.st_mode):
+            dst.mkdir(0o700)
+            self.copy_dir(Path(entry.path), dst, rel)
+            os.chmod(dst, (st.st_mode & 0o777) | 0o700)
+        elif stat.S_ISREG(st.st_mode):
+            self._copy_file(Path(entry.path), dst, rel, st.st_mode & 0o777)
+        else:
+            raise SyncError(INVALID_ARCHIVE, f"{rel}: a device, fifo or socket")
+
+    def _copy_link(self, src: Path, dst: Path, rel: PurePosixPath) -> None:
+        try:
+            target = os.readlink(src)
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+        # by its text (what a reader of the copy follows) and by where it resolves in the claim
+        names.symlink_target(rel.parts, target, str(rel))
+        check_symlink_inside(str(src), self._real_root, str(rel))
+        os.symlink(target, dst)
+
+    def _copy_file(self, src: Path, dst: Path, rel: PurePosixPath, mode: int) -> None:
+        try:
+            reader = open(src, "rb")  # noqa: SIM115 - closed below; a failure here is the source's
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+        with reader, open(dst, "xb") as writer:
+            for chunk in _chunks(reader, rel):
+                writer.write(chunk)
+        os.chmod(dst, mode)
+
+
+def _chunks(reader: BinaryIO, rel: PurePosixPath) -> Iterator[bytes]:
+    while True:
+        try:
+            chunk = reader.read(_CHUNK)
+        except OSError as e:
+            raise _unreadable(rel, e) from None
+        if not chunk:
+            return
+        yield chunk
+
+
+def _unreadable(rel: PurePosixPath, e: OSError) -> SyncError:
+    return SyncError(SOURCE_NOT_FOUND, f"cannot read {rel} in the source claim: {e.strerror}")
