@@ -1,0 +1,82 @@
+"""`kubectl torchrun sync NAME`: hot reload — a new generation of the code into a running job.
+
+Content-addressed: when the directory's archive has the SHA-256 the job already runs
+(`status.workspaceSha256`) nothing is sent and nothing changes. Otherwise the generation to fill
+is chosen so a retry never skips or wastes one:
+  * the wanted generation (`spec.workspace.generation`) is still unpublished and its sync pod is
+    waiting for an upload (a failed or interrupted upload) → upload into it;
+  * else → raise `spec.workspace.generation` by one (a merge patch carrying the resourceVersion
+    read, so two concurrent syncs cannot both claim the same generation) and upload into the new
+    sync pod.
+Sources other than upload (git, s3, pvc) have nothing to send: the increment alone makes the
+sync pod fetch again. Unless `--detach`, it then waits until the workers run the new generation
+(`status.workspaceGeneration`), saying what the job waits for meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.plugin.console import Console
+from controller.plugin.errors import PluginError
+from controller.plugin.kube import Kube
+from controller.plugin.objects import JSON, get_job, get_pod, patch_job
+from controller.plugin.upload import sync_pod_name
+from controller.plugin.watch import pod_ended, wait
+from controller.plugin.workspace import packed, send_generation, wanted_generation, workspace_source
+
+
+def _published(job: JSON) -> tuple[int, str | None]:
+    status = job.get("status") or {}
+    return int(status.get("workspaceGeneration") or 0), status.get("workspaceSha256")
+
+
+def _upload_pending(kube: Kube, job: JSON) -> bool:
+    """The wanted generation is unpublished and its sync pod still waits for an upload."""
+    wanted = wanted_generation(job)
+    generation, sha = _published(job)
+    if sha is not None and generation >= wanted:
+        return False
+    pod = get_pod(kube, sync_pod_name(job["metadata"]["name"], wanted))
+    return pod is not None and pod_ended(pod) is None
+
+
+def next_generation(kube: Kube, job: JSON) -> int:
+    """Claim the next generation: `spec.workspace.generation` + 1, conditional on the job not
+    having changed since it was read; the generation claimed."""
+    generation = wanted_generation(job) + 1
+    patch = {
+        "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},
+        "spec": {"workspace": {"generation": generation}},
+    }
+    patch_job(kube, job["metadata"]["name"], patch)
+    return generation
+
+
+def _runs(generation: int) -> Callable[[JSON], bool | None]:
+    return lambda job: True if _published(job)[0] >= generation and _published(job)[1] else None
+
+
+def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, detach: bool) -> int:
+    """Run `sync` (see the module docstring); the exit code."""
+    job = get_job(kube, name)
+    source = workspace_source(job)
+    if source == "none":
+        raise PluginError(f"job {name} has no workspace (source none): its code is in the image")
+    if source != "upload":
+        generation = next_generation(kube, job)
+        console.say(f"generation {generation}: the sync pod fetches again from {source}")
+    else:
+        with packed(root, force) as pack:
+            generation, sha = _published(job)
+            if sha == pack.archive.sha256:
+                console.say(f"nothing changed: job {name} already runs this tree (generation {generation})")
+                return 0
+            generation = wanted_generation(job) if _upload_pending(kube, job) else next_generation(kube, job)
+            send_generation(kube, name, generation, pack, console)
+    if detach:
+        return 0
+    wait(kube, name, _runs(generation), console.say)
+    console.say(f"job {name} runs generation {generation}")
+    return 0

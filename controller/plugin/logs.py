@@ -1,0 +1,139 @@
+"""Worker logs per rank: printed once, or followed across pod replacements until the job ends.
+
+A worker pod is one node of the job; its rank is the Indexed Job's completion index. Following
+attaches one streaming log request per pod (a thread each, lines joined through a queue so they
+interleave as they arrive, prefixed `[rank N]` when several ranks are shown). Every `refresh`
+seconds it lists the job's worker pods and attaches to new ones, so a whole-job restart, which
+replaces every pod, is followed without the user doing anything. A pod is attached at most once
+(by uid) after its log opened, so no line is printed twice. A log stream may never end by
+itself (kubelet keeps it open, or a node is lost), so following stops once the job is in a
+terminal phase and its streams have gone quiet for `grace` seconds.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from controller.plugin.errors import ApiError, PluginError
+from controller.plugin.kube import Kube
+from controller.plugin.objects import JSON, get_job, job_pods
+from controller.plugin.watch import TERMINAL, phase
+
+WORKER_CONTAINER = "torchrun"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+
+def rank_of(pod: JSON) -> int | None:
+    """The node rank of a worker pod: its completion index (annotation, or label on newer
+    Kubernetes); None if it has none."""
+    meta = pod.get("metadata") or {}
+    value = (meta.get("annotations") or {}).get(INDEX_KEY) or (meta.get("labels") or {}).get(INDEX_KEY)
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def prefixed(rank: int | None, line: str, prefix: bool) -> str:
+    """`line` as printed: with `[rank N] ` in front when several ranks share the output."""
+    return f"[rank {'?' if rank is None else rank}] {line}" if prefix else line
+
+
+def _log_path(kube: Kube, pod: JSON) -> str:
+    return f"/api/v1/namespaces/{kube.namespace}/pods/{pod['metadata']['name']}/log"
+
+
+def _query(follow: bool, previous: bool) -> list[tuple[str, str]]:
+    query = [("container", WORKER_CONTAINER)]
+    return query + ([("follow", "true")] if follow else []) + ([("previous", "true")] if previous else [])
+
+
+def selected(pods: Iterable[JSON], ranks: set[int] | None) -> list[tuple[int | None, JSON]]:
+    """The pods of the chosen ranks (all when `ranks` is None), by rank then creation time."""
+    out = [(rank_of(p), p) for p in pods]
+    out = [(r, p) for r, p in out if ranks is None or r in ranks]
+    return sorted(
+        out, key=lambda rp: (-1 if rp[0] is None else rp[0], rp[1]["metadata"].get("creationTimestamp", ""))
+    )
+
+
+def print_logs(
+    kube: Kube, job: str, ranks: set[int] | None, prefix: bool, previous: bool, out: Callable[[str], None]
+) -> None:
+    """Print the current logs of the chosen ranks once, rank by rank."""
+    pods = selected(job_pods(kube, job, "worker"), ranks)
+    if not pods:
+        which = "any rank" if ranks is None else "rank " + ",".join(map(str, sorted(ranks)))
+        raise PluginError(f"job {job} has no worker pod for {which} now (phase {phase(get_job(kube, job))})")
+    for rank, pod in pods:
+        try:
+            for line in kube.open_lines(_log_path(kube, pod), _query(False, previous)):
+                out(prefixed(rank, line.decode("utf-8", "replace").rstrip("\n"), prefix))
+        except ApiError as exc:
+            out(prefixed(rank, f"(no log: {exc.message})", True))
+
+
+class LogFollower:
+    """Follows the chosen ranks of one job; see the module docstring."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        job: str,
+        ranks: set[int] | None,
+        prefix: bool,
+        out: Callable[[str], None],
+        previous: bool = False,
+        refresh: float = 2.0,
+        grace: float = 3.0,
+    ) -> None:
+        self.kube, self.job, self.ranks, self.prefix, self.out = kube, job, ranks, prefix, out
+        self.previous, self.refresh, self.grace = previous, refresh, grace
+        self._lines: queue.Queue[tuple[int | None, str]] = queue.Queue()
+        self._attached: set[str] = set()
+        self._threads: list[threading.Thread] = []
+
+    def _stream(self, rank: int | None, lines: Iterator[bytes]) -> None:
+        for line in lines:
+            self._lines.put((rank, line.decode("utf-8", "replace").rstrip("\n")))
+
+    def _attach_new(self) -> None:
+        for rank, pod in selected(job_pods(self.kube, self.job, "worker"), self.ranks):
+            uid = pod["metadata"]["uid"]
+            if uid in self._attached or (pod.get("status") or {}).get("phase") == "Pending":
+                continue
+            try:
+                lines = self.kube.open_lines(_log_path(self.kube, pod), _query(True, self.previous))
+            except ApiError:
+                continue  # not started yet, or gone: the next refresh tries again
+            self._attached.add(uid)
+            thread = threading.Thread(target=self._stream, args=(rank, lines), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _print_pending(self, timeout: float) -> bool:
+        """Print what arrived within `timeout`; whether anything did."""
+        printed = False
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                rank, line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return printed
+            self.out(prefixed(rank, line, self.prefix))
+            printed = True
+
+    def follow(self) -> JSON:
+        """Print lines until the job is terminal and its streams are quiet; the final job."""
+        while True:
+            job = get_job(self.kube, self.job)
+            if phase(job) in TERMINAL:
+                self._attach_new()  # pods that ran and ended between two refreshes
+                while self._print_pending(self.grace if any(t.is_alive() for t in self._threads) else 0.0):
+                    pass
+                return job
+            self._attach_new()
+            self._print_pending(self.refresh)

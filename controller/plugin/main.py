@@ -1,0 +1,167 @@
+"""`kubectl-torchrun`: the command line (kubectl finds it on PATH as `kubectl torchrun`).
+
+`main(argv)` parses, runs one command and returns its exit code; it never lets a traceback
+reach the user: a `PluginError` is printed as `error: <message>` with its code, Ctrl-C is
+`error: interrupted` (130), and any other exception (a bug) is one `error: internal error` line
+(set `KUBECTL_TORCHRUN_DEBUG=1` to see the traceback). kubectl's connection flags
+(`--kubeconfig`, `--context`, `-n/--namespace`) are accepted before or after the command name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from controller.plugin import commands
+from controller.plugin.console import Console
+from controller.plugin.errors import PluginError
+from controller.plugin.hotreload import sync
+from controller.plugin.kube import Kube, load_target
+from controller.plugin.manifest import SubmitSpec, command_text, parse_env
+from controller.plugin.submit import submit
+
+PROG = "kubectl torchrun"
+DEBUG_ENV = "KUBECTL_TORCHRUN_DEBUG"
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a flag given before the command is not reset by the subcommand's default
+    parser.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path to the kubeconfig file")
+    parser.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context to use")
+    parser.add_argument(
+        "-n", "--namespace", default=argparse.SUPPRESS, help="namespace (default: the context's)"
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _add_submit(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("submit", parents=[common], help="run the current directory as a job")
+    p.add_argument("--queue", required=True, help="TorchrunQueue to run on")
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--nodes", type=_positive, help="nodes (pods) of the queue's shape")
+    size.add_argument("--gpus", type=_positive, help="total GPUs (whole nodes, or part of one)")
+    p.add_argument("--name", help="job name (default: the directory's name plus a random suffix)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment variable (the queue must allow env)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the manifest and the file list; send nothing"
+    )
+    p.add_argument("--detach", action="store_true", help="return after the upload")
+    p.add_argument(
+        "--force", action="store_true", help="send secret-looking files and trees over the size limit"
+    )
+    p.add_argument("command", nargs="+", help='what you would run locally, e.g. "python train.py --epochs 3"')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; see `kubectl torchrun --help`."""
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_flags(common)
+    parser = argparse.ArgumentParser(
+        prog=PROG, parents=[common], description="Run torchrun jobs from your directory."
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    _add_submit(sub, common)
+    p = sub.add_parser("list", parents=[common], help="jobs: queue, nodes, GPUs, phase, restarts, age")
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    sub.add_parser("status", parents=[common], help="phase, conditions, pods, events").add_argument("name")
+    p = sub.add_parser("logs", parents=[common], help="worker logs (rank 0 by default)")
+    p.add_argument("name")
+    ranks = p.add_mutually_exclusive_group()
+    ranks.add_argument("--rank", type=int, help="node rank to show (default 0)")
+    ranks.add_argument("--all", action="store_true", help="every rank, lines prefixed [rank N]")
+    p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    p.add_argument("-p", "--previous", action="store_true", help="the previous container's logs")
+    p = sub.add_parser("sync", parents=[common], help="hot reload: upload the directory as a new generation")
+    p.add_argument("name")
+    p.add_argument(
+        "--force", action="store_true", help="send secret-looking files and trees over the size limit"
+    )
+    p.add_argument("--detach", action="store_true", help="return after the upload")
+    for name, what in (
+        ("suspend", "remove the pods, keep the job"),
+        ("resume", "run a suspended job"),
+        ("delete", "delete the job"),
+    ):
+        sub.add_parser(name, parents=[common], help=what).add_argument("name")
+    return parser
+
+
+def _connector(args: argparse.Namespace) -> Callable[[], Kube]:
+    def connect() -> Kube:
+        return Kube(
+            load_target(
+                getattr(args, "kubeconfig", None),
+                getattr(args, "context", None),
+                getattr(args, "namespace", None),
+            )
+        )
+
+    return connect
+
+
+def run(args: argparse.Namespace, console: Console, cwd: Path) -> int:
+    """Run the parsed command; its exit code (errors raise `PluginError`)."""
+    connect = _connector(args)
+    if args.cmd == "submit":
+        spec = SubmitSpec(
+            queue=args.queue, command=command_text(args.command), nodes=args.nodes, gpus=args.gpus,
+            name=args.name, env=parse_env(args.env),
+        )  # fmt: skip
+        return submit(spec, cwd, connect, console, dry_run=args.dry_run, detach=args.detach, force=args.force)
+    kube = connect()
+    if args.cmd == "list":
+        return commands.list_command(kube, console, args.all_namespaces)
+    if args.cmd == "status":
+        return commands.status_command(kube, console, args.name)
+    if args.cmd == "logs":
+        return commands.logs_command(
+            kube, console, args.name, args.rank, args.all, args.follow, args.previous
+        )
+    if args.cmd == "sync":
+        return sync(kube, args.name, cwd, console, force=args.force, detach=args.detach)
+    if args.cmd in ("suspend", "resume"):
+        return commands.set_suspended(kube, console, args.name, args.cmd == "suspend")
+    return commands.delete_command(kube, console, args.name)
+
+
+def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
+    """The console script: parse, run, and turn every failure into one line and an exit code."""
+    console = console or Console()
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args, console, Path.cwd())
+    except PluginError as exc:
+        console.say(f"error: {exc.message}")
+        return exc.code
+    except KeyboardInterrupt:
+        console.say("error: interrupted")
+        return 130
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        console.say(
+            f"error: internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)"
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

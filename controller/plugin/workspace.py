@@ -1,0 +1,102 @@
+"""Pack a project directory for `submit` and `sync`, and put one generation into a job's workspace.
+
+`packed(root, force)` scans, refuses (all reasons at once, before anything is sent) and writes
+the archive to a temporary file that is removed when the block ends. `send_generation` waits
+for the sync pod `<job>-sync-<G>` to run (saying what the job waits for meanwhile), then
+uploads with a progress bar. Both are shared by `submit` (generation 0) and `sync` (the next).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.plugin.archive import Archive, write_archive
+from controller.plugin.console import Console
+from controller.plugin.errors import PluginError
+from controller.plugin.kube import Kube
+from controller.plugin.objects import JSON, get_pod
+from controller.plugin.pack import DEFAULT_SIZE_LIMIT, Tree, human_size, refusals, scan
+from controller.plugin.upload import sync_pod_name, upload
+from controller.plugin.watch import pod_ended, wait
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A checked tree and its archive on disk."""
+
+    tree: Tree
+    archive: Archive
+    path: Path
+
+    def summary(self) -> str:
+        a = self.archive
+        return f"{a.files} files, {human_size(a.bytes)} ({human_size(a.size)} compressed), sha256 {a.sha256}"
+
+
+def checked_tree(root: Path, force: bool, limit: int = DEFAULT_SIZE_LIMIT) -> Tree:
+    """Scan `root`; `PluginError` listing every refusal (see `pack.refusals`)."""
+    if not root.is_dir():
+        raise PluginError(f"{root} is not a directory")
+    tree = scan(root)
+    problems = refusals(tree, limit=limit, force=force)
+    if problems:
+        raise PluginError("nothing was sent: " + "\n".join(problems))
+    return tree
+
+
+@contextmanager
+def packed(root: Path, force: bool, limit: int = DEFAULT_SIZE_LIMIT) -> Iterator[Packed]:
+    """The checked archive of `root` in a temporary file, removed afterwards."""
+    tree = checked_tree(root, force, limit)
+    with tempfile.TemporaryDirectory(prefix="kubectl-torchrun-") as tmp:
+        path = Path(tmp) / "workspace.tar.gz"
+        with open(path, "wb") as f:
+            archive = write_archive(tree, f)
+        yield Packed(tree=tree, archive=archive, path=path)
+
+
+def _sync_pod_running(kube: Kube, job: str, generation: int) -> bool | None:
+    pod = get_pod(kube, sync_pod_name(job, generation))
+    if pod is None:
+        return None
+    ended = pod_ended(pod)
+    if ended is not None:
+        raise PluginError(
+            f"sync pod {sync_pod_name(job, generation)} ended before the upload ({ended}); "
+            f"retry with `kubectl torchrun sync {job}`"
+        )
+    return True if (pod.get("status") or {}).get("phase") == "Running" else None
+
+
+def send_generation(kube: Kube, job: str, generation: int, pack: Packed, console: Console) -> dict[str, Any]:
+    """Wait for `<job>-sync-<generation>` to run, then upload `pack` into it; the marker."""
+    pod = sync_pod_name(job, generation)
+    console.say(f"waiting for the sync pod {pod}")
+    wait(kube, job, lambda _job: _sync_pod_running(kube, job, generation), console.say)
+    description = f"uploading {pack.archive.files} files"
+    with console.progress(pack.archive.size, description) as advance:
+        marker = upload(kube, job, generation, pack.archive, pack.path, advance)
+    console.say(f"generation {generation} uploaded: {pack.summary()}")
+    return marker
+
+
+def wanted_generation(job: JSON) -> int:
+    return int(((job.get("spec") or {}).get("workspace") or {}).get("generation") or 0)
+
+
+def workspace_source(job: JSON) -> str:
+    """The job's code source; the seed's `volumes.workspace` spelling read like the controller."""
+    spec = job.get("spec") or {}
+    if "workspace" in spec:
+        return str(spec["workspace"].get("source") or "upload")
+    seed = (spec.get("volumes") or {}).get("workspace")
+    if seed is not None:
+        if seed.get("enabled") is False:
+            return "none"
+        return "upload" if seed.get("source") in (None, "zip") else str(seed["source"])
+    return "upload"
