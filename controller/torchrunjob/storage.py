@@ -151,7 +151,7 @@ def worker_storage(
             }
         )
     if storage.checkpoints.enabled:
-        claim = {"claimName": checkpoints_claim_name(job.name)}
+        claim: dict[str, Any] = {"claimName": checkpoints_claim_name(job.name)}
         out.volumes.append({"name": CHECKPOINTS_VOLUME, "persistentVolumeClaim": claim})
         out.mounts.append({"name": CHECKPOINTS_VOLUME, "mountPath": storage.checkpoints.mount_path})
     if storage.datasets is not None:

@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from controller.api import JobTopology, TorchrunJob, TorchrunQueue, WorkspaceSource, parse_time
-from controller.sync.report import SyncReport, parse_termination_message
+from controller.sync.errors import SYNC_FAILED
+from controller.sync.termination import FAILED, SyncResult, parse_termination_message
 from controller.torchrunjob.builders import object_metadata, placement
 from controller.torchrunjob.storage import (
     GENERATION_ANNOTATION,
@@ -119,37 +120,39 @@ def build_sync_pod(
 
 @dataclass(frozen=True)
 class SyncPodState:
-    """What a sync pod says: `done` (ended), `report` (the sync program's result when it ended),
-    and `finished_at` (when its container ended: workers made after it see this generation)."""
+    """What a sync pod says: `done` (ended), `result` (the sync program's, once it ended), and
+    `finished_at` (when its container ended: worker pods made after it see this generation)."""
 
     done: bool
-    report: SyncReport | None = None
+    result: SyncResult | None = None
     finished_at: datetime | None = None
 
     @property
     def synced(self) -> bool:
-        return self.report is not None and self.report.ok
+        return self.result is not None and self.result.succeeded
 
 
-def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     for status in (pod.get("status") or {}).get("containerStatuses") or ():
         if status.get("name") == CONTAINER:
-            state: Mapping[str, Any] | None = (status.get("state") or {}).get("terminated")
+            state: Mapping[str, Any] = (status.get("state") or {}).get("terminated") or {}
             return state
-    return None
+    return {}
 
 
 def sync_pod_state(pod: Mapping[str, Any], generation: int) -> SyncPodState:
+    """Synced only for a pod that succeeded *and* reported the marker of `generation`."""
     phase = (pod.get("status") or {}).get("phase")
     if phase not in ("Succeeded", "Failed"):
         return SyncPodState(done=False)
-    term = _terminated(pod) or {}
-    report = parse_termination_message(term.get("message") or "", generation)
-    if phase == "Failed" and report.ok:
-        # the program said it synced but the pod failed (killed after reporting): not ready
-        report = SyncReport.failure(generation, "SyncPodFailed", f"the sync pod failed: {term.get('reason')}")
-    elif phase == "Failed" and not report.reason:
-        reason = (pod.get("status") or {}).get("reason") or term.get("reason") or "SyncPodFailed"
-        report = SyncReport.failure(generation, "SyncPodFailed", f"the sync pod failed ({reason})")
-    finished = term.get("finishedAt")
-    return SyncPodState(done=True, report=report, finished_at=parse_time(finished) if finished else None)
+    term = _terminated(pod)
+    result = parse_termination_message(term.get("message"))
+    finished = parse_time(term["finishedAt"]) if term.get("finishedAt") else None
+    if result.succeeded and (phase != "Succeeded" or result.generation != generation):
+        why = (
+            f"the sync pod reported generation {result.generation}, not {generation}"
+            if result.generation != generation
+            else f"the sync pod failed after reporting success ({term.get('reason') or 'no reason'})"
+        )
+        result = SyncResult(FAILED, generation, reason=SYNC_FAILED, message=why)
+    return SyncPodState(done=True, result=result, finished_at=finished)

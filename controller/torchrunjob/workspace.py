@@ -141,8 +141,8 @@ class WorkspaceSync:
             return WorkspaceState(True, "NoWorkspace", "workspace.source is none: the code is in the image")
         in_use = _in_use(status)
         desired = job.spec.workspace.generation
-        if in_use is not None and in_use.generation >= desired:
-            self._remove_sync_pods(job, older_than=in_use.generation)
+        if in_use is not None and status.workspace_generation >= desired:
+            self._remove_sync_pods(job, older_than=status.workspace_generation)
             return in_use
         image = queue.spec.sync_image or self.settings.image
         pod = build_sync_pod(
@@ -159,18 +159,20 @@ class WorkspaceSync:
     ) -> WorkspaceState:
         name = pod["metadata"]["name"]
         state = sync_pod_state(pod, desired)
-        if state.synced and state.report is not None:
-            r = state.report
-            log.info("workspace synced", key=job.key, generation=desired, pod=name, summary=r.summary)
+        if state.synced and state.result is not None:
+            r = state.result
+            log.info(
+                "workspace synced", key=job.key, generation=desired, pod=name, files=r.files, bytes=r.bytes
+            )
             return WorkspaceState(
                 True, SYNCED, _in_use_message(desired, r.sha256), desired, r.sha256, state.finished_at or now
             )
-        if state.done and state.report is not None:
-            failure = f"generation {desired} did not sync ({state.report.reason}): {state.report.message}"
+        if state.done and state.result is not None:
+            failure = f"generation {desired} did not sync ({state.result.reason}): {state.result.message}"
             if in_use is not None:
                 message = f"{failure}; generation {in_use.generation} stays in use"
                 return _replace(in_use, RELOAD_FAILED, message)
-            return WorkspaceState(False, state.report.reason, f"{failure} (pod {name})")
+            return WorkspaceState(False, state.result.reason or "SyncFailed", f"{failure} (pod {name})")
         waiting = self._waiting(job, pod, desired, now)
         if in_use is not None:
             return _replace(in_use, RELOADING, f"generation {in_use.generation} in use; {waiting.message}")

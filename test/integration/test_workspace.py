@@ -39,7 +39,9 @@ def archive(files: Files) -> bytes:
     return buf.getvalue()
 
 
-def upload(cluster: Cluster, ns: str, pod: str, data: bytes, generation: int, sha: str | None = None) -> subprocess.CompletedProcess[bytes]:
+def upload(
+    cluster: Cluster, ns: str, pod: str, data: bytes, generation: int, sha: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """`receive` through the kube-apiserver's exec endpoint, as the plugin does (declared size)."""
     sha = sha or hashlib.sha256(data).hexdigest()
     command = ["python", "-m", "controller.sync", "receive", "--generation", str(generation)]
@@ -100,7 +102,9 @@ def test_an_upload_job_waits_for_its_code_then_runs_it(
     q = upload_queue("ws-upload")
     submit_upload_job(cluster, namespace, q)
     syncing = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "Syncing"), 60, message="Syncing"
+        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "Syncing"),
+        60,
+        message="Syncing",
     )
     assert syncing["status"]["phase"] == "Syncing"
     pvc = cluster.get("pvc", "train-workspace", "-n", namespace)
@@ -126,7 +130,9 @@ def test_an_upload_job_waits_for_its_code_then_runs_it(
     claim = {v["name"]: v for v in pod["volumes"]}["workspace"]["persistentVolumeClaim"]
     assert claim == {"claimName": "train-workspace", "readOnly": True}
     wait_until(
-        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"), 60, message="Running"
+        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
+        60,
+        message="Running",
     )
     app.recorder.flush()
     assert "Synced" in {e["reason"] for e in events(cluster, namespace, "train")}
@@ -192,7 +198,9 @@ def test_persisted_checkpoints_survive_the_job_and_are_mounted_again(
     q = upload_queue("ws-persist", storage={"checkpoints": {"enabled": True, "persist": True}})
     make_job(cluster, namespace, q)
     first = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"), 60, message="Running"
+        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
+        60,
+        message="Running",
     )
     pvc = cluster.get("pvc", "train-checkpoints", "-n", namespace)
     assert "ownerReferences" not in pvc["metadata"]
@@ -200,17 +208,23 @@ def test_persisted_checkpoints_survive_the_job_and_are_mounted_again(
     assert pvc["spec"]["resources"]["requests"]["storage"] == "800Gi"  # 50Gi × 16 GPUs
     cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
     wait_until(lambda: not cluster.get("jobs", "-n", namespace)["items"], 60, message="the worker Job gone")
-    assert cluster.get("pvc", "train-checkpoints", "-n", namespace)["metadata"]["uid"] == pvc["metadata"]["uid"]
+    assert (
+        cluster.get("pvc", "train-checkpoints", "-n", namespace)["metadata"]["uid"] == pvc["metadata"]["uid"]
+    )
 
     make_job(cluster, namespace, q)
     second = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"), 60, message="rerun"
+        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
+        60,
+        message="rerun",
     )
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
     worker = cluster.get("job", "train", "-n", namespace)
     volumes = {v["name"]: v for v in worker["spec"]["template"]["spec"]["volumes"]}
     assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "train-checkpoints"
-    assert cluster.get("pvc", "train-checkpoints", "-n", namespace)["metadata"]["uid"] == pvc["metadata"]["uid"]
+    assert (
+        cluster.get("pvc", "train-checkpoints", "-n", namespace)["metadata"]["uid"] == pvc["metadata"]["uid"]
+    )
 
 
 def test_checkpoints_without_persist_go_with_the_job(
@@ -224,9 +238,11 @@ def test_checkpoints_without_persist_go_with_the_job(
     assert pvc["metadata"]["ownerReferences"][0]["kind"] == "TorchrunJob"
     cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
     wait_until(
-        lambda: not cluster.get("pvc", "-n", namespace, "--field-selector", "metadata.name=train-checkpoints")[
-            "items"
-        ],
+        lambda: (
+            not cluster.get("pvc", "-n", namespace, "--field-selector", "metadata.name=train-checkpoints")[
+                "items"
+            ]
+        ),
         60,
         message="the checkpoints PVC deleted with its job",
     )
@@ -241,7 +257,9 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
     assert upload(cluster, namespace, "train-sync-0", archive({"train.py": b"v0"}), 0).returncode == 0
     running = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"), 90, message="Running"
+        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
+        90,
+        message="Running",
     )
     uids = {
         kind: cluster.get(kind, name, "-n", namespace)["metadata"]["uid"]
@@ -251,7 +269,14 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     assert len(before) == 2
 
     cluster.kubectl(
-        "patch", "torchrunjob", "train", "-n", namespace, "--type=merge", "-p", '{"spec":{"workspace":{"generation":1}}}'
+        "patch",
+        "torchrunjob",
+        "train",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"workspace":{"generation":1}}}',
     )
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-1"), 60, message="train-sync-1 running")
     reloading = with_condition(cluster, namespace, "train", "WorkspaceReady", "Reloading")
@@ -259,7 +284,9 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     v1 = archive({"train.py": b"v1"})
     assert upload(cluster, namespace, "train-sync-1", v1, 1).returncode == 0
     wait_until(
-        lambda: job(cluster, namespace, "train")["status"].get("workspaceGeneration") == 1, 60, message="gen 1"
+        lambda: job(cluster, namespace, "train")["status"].get("workspaceGeneration") == 1,
+        60,
+        message="gen 1",
     )
     after = wait_until(
         lambda: (
@@ -280,19 +307,32 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     app.recorder.flush()
     assert "WorkspaceReloaded" in {e["reason"] for e in events(cluster, namespace, "train")}
     wait_until(
-        lambda: not cluster.get("pods", "-n", namespace, "--field-selector", "metadata.name=train-sync-0")["items"],
+        lambda: (
+            not cluster.get("pods", "-n", namespace, "--field-selector", "metadata.name=train-sync-0")[
+                "items"
+            ]
+        ),
         60,
         message="the sync pod of the old generation removed",
     )
 
     # a failed generation 2 leaves generation 1 and its pods alone
     cluster.kubectl(
-        "patch", "torchrunjob", "train", "-n", namespace, "--type=merge", "-p", '{"spec":{"workspace":{"generation":2}}}'
+        "patch",
+        "torchrunjob",
+        "train",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"workspace":{"generation":2}}}',
     )
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-2"), 60, message="train-sync-2 running")
     assert upload(cluster, namespace, "train-sync-2", b"garbage", 2).returncode != 0
     failed = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "ReloadFailed"), 60, message="ReloadFailed"
+        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "ReloadFailed"),
+        60,
+        message="ReloadFailed",
     )
     assert failed["status"]["workspaceGeneration"] == 1
     assert "InvalidArchive" in condition(failed, "WorkspaceReady")["message"]
@@ -314,11 +354,15 @@ def test_autoclean_removes_the_workspace_and_sync_pods_of_a_finished_job(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App], upload_queue: Any
 ) -> None:
     start_controller("--autoclean")
-    q = upload_queue("ws-clean", outcome="succeed", storage={"checkpoints": {"enabled": True, "persist": True}})
+    q = upload_queue(
+        "ws-clean", outcome="succeed", storage={"checkpoints": {"enabled": True, "persist": True}}
+    )
     submit_upload_job(cluster, namespace, q)
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
     assert upload(cluster, namespace, "train-sync-0", archive({"train.py": b"x"}), 0).returncode == 0
-    wait_until(lambda: with_condition(cluster, namespace, "train", "Succeeded", "Succeeded"), 90, message="done")
+    wait_until(
+        lambda: with_condition(cluster, namespace, "train", "Succeeded", "Succeeded"), 90, message="done"
+    )
 
     def cleaned() -> bool:
         claims = {p["metadata"]["name"] for p in cluster.get("pvc", "-n", namespace)["items"]}

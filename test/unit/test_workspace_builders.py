@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from test_builders import job, queue, worker
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.torchrunjob.storage import (
@@ -17,7 +18,6 @@ from controller.torchrunjob.storage import (
     worker_storage,
 )
 from controller.torchrunjob.syncpod import build_sync_pod, sync_pod_state
-from test_builders import job, queue, worker
 
 
 def topo(j: TorchrunJob, q: TorchrunQueue) -> Any:
@@ -68,7 +68,10 @@ def test_persisted_checkpoints_have_no_owner_and_are_labelled() -> None:
 
 def job_named(name: str) -> TorchrunJob:
     return TorchrunJob.from_json(
-        {"metadata": {"name": name, "namespace": "ns", "uid": "u-2"}, "spec": {"jobQueue": "q", "numNodes": 1}}
+        {
+            "metadata": {"name": name, "namespace": "ns", "uid": "u-2"},
+            "spec": {"jobQueue": "q", "numNodes": 1},
+        }
     )
 
 
@@ -130,7 +133,8 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     pod = manifest["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["command"] == [
-        "python", "-m", "controller.sync", "copy", "--min-generation", "4", "--target", "/code", "--timeout", "600",
+        "python", "-m", "controller.sync", "copy",
+        "--min-generation", "4", "--target", "/code", "--timeout", "600",
     ]  # fmt: skip
     assert init["securityContext"] == {"runAsUser": 1000}
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
@@ -154,16 +158,21 @@ def ended(phase: str, message: str, finished: str = "2026-11-23T12:00:00Z") -> d
     terminated = {"exitCode": 0 if phase == "Succeeded" else 1, "message": message, "finishedAt": finished}
     return {
         "metadata": {"name": "j-sync-0"},
-        "status": {"phase": phase, "containerStatuses": [{"name": "sync", "state": {"terminated": terminated}}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{"name": "sync", "state": {"terminated": terminated}}],
+        },
     }
 
 
-OK = json.dumps({"result": "Synced", "generation": 0, "sha256": "ab" * 32, "files": 2, "bytes": 10, "source": "upload"})
+OK = json.dumps(
+    {"result": "Synced", "generation": 0, "sha256": "ab" * 32, "files": 2, "bytes": 10, "source": "upload"}
+)
 
 
 def test_a_sync_pod_counts_only_when_it_succeeded_with_the_marker_of_its_generation() -> None:
     state = sync_pod_state(ended("Succeeded", OK), 0)
-    assert state.synced and state.report is not None and state.report.sha256 == "ab" * 32
+    assert state.synced and state.result is not None and state.result.sha256 == "ab" * 32
     assert state.finished_at is not None
     assert not sync_pod_state(ended("Succeeded", OK), 1).synced, "a marker of another generation"
     assert not sync_pod_state(ended("Succeeded", ""), 0).synced, "success without the marker"
@@ -172,9 +181,11 @@ def test_a_sync_pod_counts_only_when_it_succeeded_with_the_marker_of_its_generat
 
 
 def test_a_failed_sync_pod_gives_the_sync_programs_reason() -> None:
-    failed = json.dumps({"result": "Failed", "generation": 0, "reason": "GitFetchFailed", "message": "no ref x"})
+    failed = json.dumps(
+        {"result": "Failed", "generation": 0, "reason": "GitFetchFailed", "message": "no ref x"}
+    )
     state = sync_pod_state(ended("Failed", failed), 0)
-    assert state.done and not state.synced and state.report is not None
-    assert (state.report.reason, state.report.message) == ("GitFetchFailed", "no ref x")
+    assert state.done and not state.synced and state.result is not None
+    assert (state.result.reason, state.result.message) == ("GitFetchFailed", "no ref x")
     garbage = sync_pod_state(ended("Failed", "Traceback (most recent call last): ..."), 0)
-    assert garbage.report is not None and garbage.report.reason and not garbage.synced
+    assert garbage.result is not None and garbage.result.reason == "SyncFailed" and not garbage.synced
