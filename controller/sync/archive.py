@@ -59,7 +59,7 @@ def extract_archive(stream: Readable, dest: Path, limits: Limits, *, compression
     except MissingEndError as e:
         raise SyncError(INVALID_ARCHIVE, "empty archive") if writer.tally.files == 0 else e from None
     except (tarfile.TarError, EOFError, UnicodeError, ValueError) as e:
-        raise SyncError(INVALID_ARCHIVE, f"corrupt archive: {e}") from e
+        raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
     if writer.tally.files == 0:
         raise SyncError(INVALID_ARCHIVE, "empty archive")
     writer.check_symlinks()
@@ -115,8 +115,7 @@ class _TreeWriter:
     def _reopen_implicit_dir(self, key: str, member: tarfile.TarInfo) -> bool:
         """A directory entry for a directory we created as a parent: accepted once."""
         if member.isdir() and self.kinds.get(key) == _IMPLICIT_DIR:
-            self.tally.add()
-            self.kinds[key] = _DIR
+            self.kinds[key] = _DIR  # already counted when it was created
             return True
         return False
 

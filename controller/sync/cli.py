@@ -141,7 +141,10 @@ def _fetch_source(args: argparse.Namespace, workspace: Path, env: Mapping[str, s
         sub_path=args.sub_path,
         env=dict(env),
     )
-    marker: Marker = module.fetch(request)
+    fetch = getattr(module, "fetch", None)
+    if not callable(fetch):
+        raise SyncError(_SOURCE_REASON[args.source], f"source {args.source!r} has no fetch()")
+    marker: Marker = fetch(request)
     return marker
 
 
