@@ -70,7 +70,7 @@ def job_named(name: str) -> TorchrunJob:
     return TorchrunJob.from_json(
         {
             "metadata": {"name": name, "namespace": "ns", "uid": "u-2"},
-            "spec": {"jobQueue": "q", "numNodes": 1},
+            "spec": {"jobQueue": "q", "numNodes": 1, "command": "python t.py"},
         }
     )
 
