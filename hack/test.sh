@@ -25,6 +25,7 @@ lint-imports --config .importlinter
 # etcd 3.5 (v2 API) and the torchruns the launch is checked against (test_torchrun_compat.py)
 "$HACK_DIR/testbed/build-etcd-v2.sh" >/dev/null
 "$HACK_DIR/testbed/torchrun-versions.sh" >/dev/null
+"$HACK_DIR/testbed/build-image.sh" >/dev/null || log "image not built: test/integration/test_image.py fails and says why"
 
 log "pytest"
 set +e

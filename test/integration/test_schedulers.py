@@ -21,19 +21,27 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from jobs import condition, make_job, queue_manifest, rest_requests
+from summary_notes import STAND_IN
 from testbed import REPO, Cluster, wait_until
 
+from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.cmd.main import App
+from controller.rest import RESTClient
+from controller.rest.errors import ApiError
+from controller.torchrunjob.podgroups import KAI_POD_GROUPS, build_pod_group
+from controller.torchrunqueue.kaiqueue import build_kai_queue
 
 CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"
 KAI_QUEUES = "queues.scheduling.run.ai"
 Maker = Callable[..., str]
+Record = Callable[[str, object], None]
 
 # -- fixtures ------------------------------------------------------------------------------------
 
@@ -166,6 +174,12 @@ def merge_patch(cluster: Cluster, kind: str, name: str, patch: dict[str, Any], *
     cluster.kubectl("patch", kind, name, *ns, "--type=merge", "-p", json.dumps(patch))
 
 
+def controller_owner(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """The kind and UID of the object's controller owner reference."""
+    refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")]
+    return (refs[0]["kind"], refs[0]["uid"]) if refs else None
+
+
 def worker_pods(cluster: Cluster, ns: str, name: str = "train") -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.get("pods", "-n", ns, "-l", f"torchrun-job-name={name}")["items"]
     return items
@@ -176,22 +190,52 @@ def reads(app: App, resource: str) -> float:
     return rest_requests(app, resource, ("get", "list"))
 
 
-def reconciles(app: App, controller: str) -> float:
+def reconciles(app: App, controller: str, result: str | None = None) -> float:
+    """Passes of `controller` that finished (with this result: success, requeue, error, ...)."""
     return sum(
         s.value
         for metric in app.metrics.reconcile_total.collect()
         for s in metric.samples
-        if s.name.endswith("_total") and s.labels.get("controller") == controller
+        if s.name.endswith("_total")
+        and s.labels.get("controller") == controller
+        and result in (None, s.labels.get("result"))
     )
 
 
+def settled(app: App, controller: str) -> bool:
+    """Nothing of `controller` is queued or being reconciled: its workqueue is empty and its
+    active-workers gauge is 0, twice in a row around a pass count that did not move. Keys parked
+    for a later retry do not count: they are not due yet."""
+
+    def idle() -> bool:
+        workers = sum(
+            s.value
+            for metric in app.metrics.active_workers.collect()
+            for s in metric.samples
+            if s.labels.get("controller") == controller
+        )
+        queue = {"torchrunjob": app.job_controller, "torchrunqueue": app.queue_controller}[controller].queue
+        return workers == 0 and queue.len() == 0
+
+    passes = reconciles(app, controller)
+    if not idle():
+        return False
+    time.sleep(0.2)  # a key taken off the queue is counted as active a moment later
+    return idle() and reconciles(app, controller) == passes
+
+
+def wait_settled(app: App, controller: str, timeout: float = 30) -> None:
+    wait_until(lambda: settled(app, controller), timeout, message=f"the {controller} controller settles")
+
+
 def force_passes(app: App, cluster: Cluster, controller: str, kind: str, name: str, *ns: str) -> None:
-    """Make the controller reconcile `kind`/`name` a few more times: each label edit is an event."""
+    """Make the controller reconcile `kind`/`name` a few more times: each label edit is an event;
+    returns once every pass they caused has finished."""
     for i in range(5):
         done = reconciles(app, controller)
         merge_patch(cluster, kind, name, {"metadata": {"labels": {"example.com/pass": str(i)}}}, *ns)
         wait_until(lambda d=done: reconciles(app, controller) > d, 30, message=f"a {controller} reconcile")
-    time.sleep(1)  # let the last pass finish
+    wait_settled(app, controller)
 
 
 # -- no scheduler installed ----------------------------------------------------------------------
@@ -338,17 +382,140 @@ class TestSchedulerInstalledLater:
 # -- KAI-Scheduler -------------------------------------------------------------------------------
 
 
+KAI_PODGROUPS = "podgroups.scheduling.run.ai"
+STAND_IN_ANNOTATION = "torchrun.ai/stand-in"
+
+
+@dataclass(frozen=True)
+class KaiApi:
+    """Which KAI CRDs the API server serves: KAI's own, or the stand-in of this repository."""
+
+    source: str  # hack/testbed/scheduler-crds.sh's SOURCE line
+    stand_in: bool  # the served CRDs carry the stand-in's marker annotation
+
+
+@pytest.fixture
+def kai_api(cluster: Cluster, scheduler_apis: dict[str, str], record_property: Record) -> KaiApi:
+    """The KAI CRDs as served, checked against what the CRD script says it installed; when they are
+    the stand-in, the run's summary says so under this test ("stand-ins", test/summary_notes.py)."""
+    source = scheduler_apis["kai"]
+    marked = {
+        crd: cluster.get("crd", crd)["metadata"].get("annotations", {}).get(STAND_IN_ANNOTATION) == "true"
+        for crd in (KAI_QUEUES, KAI_PODGROUPS)
+    }
+    stand_in = source.startswith("stand-in")
+    # the report below is only as true as this: what the API server serves is what the script says
+    assert marked == dict.fromkeys(marked, stand_in), (source, marked)
+    if stand_in:
+        record_property(
+            STAND_IN,
+            "KAI-Scheduler's CRDs: hack/testbed/kai-crds-standin.yaml, typed from the fields we write "
+            f"(not KAI's own CRDs; no KAI scheduler runs): {source}",
+        )
+    return KaiApi(source, stand_in)
+
+
+def kai_objects_we_write(namespace: str) -> list[dict[str, Any]]:
+    """A KAI Queue and a KAI PodGroup as the controller's builders make them, with every field they
+    can write set (parent queue, all three resources with quota, limit and weight, priority)."""
+    queue = TorchrunQueue.from_json(
+        {
+            "metadata": {"name": "q-contract", "uid": "q-uid"},
+            "spec": {
+                "nodeResources": {"gpus": 8, "cpus": "96", "memory": "1Ti"},
+                "image": "img:1",
+                "scheduling": {"scheduler": "kai-scheduler", "priorityClassName": "high"},
+                "kaiQueue": f"contract-{namespace}",
+                "parentKaiQueue": "contract-root",
+                "quota": {
+                    "gpu": {"quota": "16", "limit": "32", "overQuotaWeight": 2},
+                    "cpu": {"quota": "100", "limit": "200"},
+                    "memory": {"quota": "1Ti", "limit": "2Ti"},
+                },
+            },
+        }
+    )
+    job = TorchrunJob.from_json(
+        {
+            "metadata": {"name": "train", "namespace": namespace, "uid": "j-uid"},
+            "spec": {"jobQueue": "q-contract", "numNodes": 3, "command": "python train.py"},
+        }
+    )
+    built = build_pod_group(job, queue, resolve_topology(job.spec, queue.spec.node_resources))
+    assert built is not None and built[0] == KAI_POD_GROUPS
+    return [build_kai_queue(queue), built[1]]
+
+
+def strict_dry_run(cluster: Cluster, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Create `obj` with server-side dry run and strict field validation: an unknown field is an
+    error, where the default validation would drop it with a warning."""
+    return cluster.kubectl(
+        "create", "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-",
+        input=json.dumps(obj), check=False,
+    )  # fmt: skip
+
+
+def with_spec(obj: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {**obj, "spec": {**obj["spec"], **fields}}
+
+
 @pytest.mark.usefixtures("scheduler_apis")
+class TestKaiCrdContract:
+    """What the KAI tests below can catch: the KAI CRDs served (KAI's own, or the stand-in typed
+    from the fields we write, `hack/testbed/kai-crds-standin.yaml`) accept every field the
+    controller writes, with its value and type, and refuse what we do not write."""
+
+    def test_every_field_we_write_is_stored_as_written(self, cluster: Cluster, kai_api: KaiApi) -> None:
+        for obj in kai_objects_we_write("default"):
+            proc = strict_dry_run(cluster, obj)
+            assert proc.returncode == 0, (obj["kind"], proc.stderr)
+            assert json.loads(proc.stdout)["spec"] == obj["spec"], obj["kind"]  # nothing pruned
+
+    def test_a_field_we_do_not_write_or_a_wrong_type_is_refused(
+        self, cluster: Cluster, namespace: str, rest: RESTClient, kai_api: KaiApi
+    ) -> None:
+        queue, pod_group = kai_objects_we_write(namespace)
+        refused = {
+            # unknown fields: our own name for the quota, kube-batch's name for minMember
+            "spec.quota": (with_spec(queue, quota={"gpu": 16}), "unknown field"),
+            "spec.minAvailable": (with_spec(pod_group, minAvailable=3), "unknown field"),
+            # wrong types: a Kubernetes quantity where KAI wants a number, a string for an int32
+            "spec.resources.gpu.quota": (
+                with_spec(queue, resources={"gpu": {"quota": "16", "limit": -1, "overQuotaWeight": 1}}),
+                "must be of type number",
+            ),
+            "spec.minMember": (with_spec(pod_group, minMember="3"), "must be of type integer"),
+        }
+        if kai_api.stand_in:  # KAI has this field; the stand-in types only what we write
+            refused["spec.displayName"] = (with_spec(queue, displayName="Team"), "unknown field")
+        for field, (obj, why) in refused.items():
+            proc = strict_dry_run(cluster, obj)
+            assert proc.returncode != 0 and field in proc.stderr and why in proc.stderr, (field, proc.stderr)
+
+        # without strict validation (the controller's own writes) an unknown field is dropped, so a
+        # test reading back what the controller wrote sees it missing
+        stored = rest.create(KAI_POD_GROUPS, with_spec(pod_group, minAvailable=3))
+        assert stored["spec"] == pod_group["spec"]
+        # a wrong type is refused whatever the validation
+        with pytest.raises(ApiError) as refusal:
+            zero = with_spec(pod_group, minMember=0)
+            rest.create(KAI_POD_GROUPS, {**zero, "metadata": {**zero["metadata"], "name": "zero"}})
+        assert refusal.value.invalid and "spec.minMember" in str(refusal.value)
+
+
+@pytest.mark.usefixtures("kai_api")
 class TestKai:
+    """The KAI objects and their linkage, as the API server stores them. No KAI scheduler runs:
+    nothing here shows KAI placing a gang (pods stay unplaced), and the CRDs are a stand-in
+    whenever the module proxy does not serve KAI's module (`kai_api`, reported in the summary)."""
+
     def test_kai_queue_tree_follows_the_queues(
         self,
         cluster: Cluster,
         namespace: str,
         make_queue: Maker,
         start_controller: Callable[..., App],
-        scheduler_apis: dict[str, str],
     ) -> None:
-        print(f"KAI CRDs: {scheduler_apis['kai']}")
         tag = uuid.uuid4().hex[:6]
         root, child = f"root-{tag}", f"team-{tag}"
         leaf = make_queue(
@@ -478,7 +645,7 @@ class TestKai:
         finally:
             cluster.kubectl("delete", KAI_QUEUES, name, check=False)
 
-    def test_kai_job_is_one_gang_its_pods_join(
+    def test_kai_job_gets_an_owned_pod_group_its_pods_and_job_point_to(
         self,
         cluster: Cluster,
         namespace: str,
@@ -486,6 +653,11 @@ class TestKai:
         start_controller: Callable[..., App],
         priority_class: str,
     ) -> None:
+        """Objects and linkage only: the PodGroup (minMember = nodes, KAI queue, priority class,
+        owned by the TorchrunJob, gone with it), the pods' schedulerName, pod-group annotation and
+        queue label, and the skip-podgrouper annotation on pods and Job. No KAI scheduler runs here
+        (its module is not served, nor is an image), so the pods stay unplaced and nothing shows
+        that KAI places the gang all at once."""
         kai_queue = f"gang-{uuid.uuid4().hex[:6]}"
         queue = make_queue(
             scheduling={"scheduler": "kai-scheduler", "priorityClassName": priority_class}, kaiQueue=kai_queue
@@ -531,8 +703,9 @@ class TestKai:
 # -- Kueue ---------------------------------------------------------------------------------------
 
 
-def fake_kueue_workload(cluster: Cluster, ns: str, job: dict[str, Any]) -> str:
-    """The Workload Kueue creates for a Job (labelled with the Job's UID and owned by it)."""
+def workload_as_kueue_makes_it(cluster: Cluster, ns: str, job: dict[str, Any]) -> str:
+    """The Workload Kueue creates for a Job (labelled with the Job's UID and owned by it), made by
+    the test: no Kueue runs in `TestKueueContract`."""
     name = f"job-{job['metadata']['name']}-{job['metadata']['uid'][:5]}"
     cluster.apply(
         {
@@ -564,12 +737,20 @@ def fake_kueue_workload(cluster: Cluster, ns: str, job: dict[str, Any]) -> str:
 
 
 @pytest.mark.usefixtures("scheduler_apis")
-class TestKueue:
-    def test_kueue_admits_and_suspend_never_fights_it(
+class TestKueueContract:
+    """The controller's side of the contract with Kueue, with the test making Kueue's moves itself
+    through the API (creating the Workload, injecting a flavor's nodeSelector, unsuspending the
+    Job): no Kueue runs here. `TestRealKueue` is the evidence that the real Kueue agrees."""
+
+    def test_admission_is_left_to_kueue_and_suspend_goes_through_the_workload(
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
     ) -> None:
+        """The Job is created suspended with the LocalQueue label; once unsuspended by someone
+        else it is never re-suspended nor its nodeSelector undone; the TorchrunJob's suspend sets
+        Job.spec.suspend and Workload.spec.active=false, resume only sets spec.active=true and
+        never unsuspends the Job itself."""
         queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue="team-lq")
-        start_controller()
+        app = start_controller()
         make_job(cluster, namespace, queue)
         wait_reason(cluster, queue, "Ready", "Ready")
         job = wait_until(
@@ -578,9 +759,9 @@ class TestKueue:
         assert job["spec"]["suspend"] is True
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-lq"
         assert worker_pods(cluster, namespace) == []
-        workload = fake_kueue_workload(cluster, namespace, job)
+        workload = workload_as_kueue_makes_it(cluster, namespace, job)
 
-        # Kueue admits: it injects the flavor's node selector and unsuspends the Job
+        # the test admits, as Kueue would: it injects the flavor's node selector and unsuspends the Job
         zone = {"topology.kubernetes.io/zone": "zone-1"}
         merge_patch(
             cluster, "job", "train", {"spec": {"template": {"spec": {"nodeSelector": zone}}}}, "-n", namespace
@@ -610,9 +791,10 @@ class TestKueue:
             30,
             message="Workload reactivated",
         )
-        time.sleep(2)  # give the controller every chance to (wrongly) unsuspend it itself
+        # every pass the resume and the Workload's update caused has run: none unsuspended the Job
+        wait_settled(app, "torchrunjob")
         assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
-        merge_patch(cluster, "job", "train", {"spec": {"suspend": False}}, "-n", namespace)  # Kueue readmits
+        merge_patch(cluster, "job", "train", {"spec": {"suspend": False}}, "-n", namespace)  # readmitted
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
 
     def test_a_suspended_jobs_workload_is_followed_from_a_cache(
@@ -626,7 +808,7 @@ class TestKueue:
         )
         assert job["spec"]["suspend"] is True
         # Kueue makes the Workload after the Job: its arrival alone brings the job back to deactivate it
-        workload = fake_kueue_workload(cluster, namespace, job)
+        workload = workload_as_kueue_makes_it(cluster, namespace, job)
         wait_until(
             lambda: cluster.get("workload", workload, "-n", namespace)["spec"].get("active") is False,
             30,
@@ -644,9 +826,13 @@ class TestKueue:
 
 @pytest.mark.usefixtures("scheduler_apis")
 class TestCoschedulingAndVolcano:
-    def test_coscheduling_pod_group_and_labelled_pods(
+    def test_coscheduling_job_gets_an_owned_pod_group_its_pods_are_labelled_with(
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
     ) -> None:
+        """Objects and linkage only: the scheduler-plugins PodGroup (minMember = nodes, owned by the
+        TorchrunJob) and the pods' `scheduling.x-k8s.io/pod-group` label. The coscheduling plugin
+        does not run here: kube-scheduler places the pods one by one (which is why they run), so
+        nothing shows all-or-nothing placement."""
         queue = make_queue(scheduling={"scheduler": "coscheduling"})
         start_controller()
         make_job(cluster, namespace, queue, numNodes=3)
@@ -655,9 +841,10 @@ class TestCoschedulingAndVolcano:
             60,
             message="PodGroup",
         )
+        tj = cluster.get("torchrunjob", "train", "-n", namespace)
         assert pg["spec"]["minMember"] == 3
-        assert pg["metadata"]["ownerReferences"][0]["kind"] == "TorchrunJob"
-        # kube-scheduler stands in for scheduler-plugins here, so the pods run
+        assert controller_owner(pg) == ("TorchrunJob", tj["metadata"]["uid"])
+        # kube-scheduler places them, one by one: the pods run, but not as a gang
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
         pods = worker_pods(cluster, namespace)
         assert len(pods) == 3 and all(
@@ -686,9 +873,16 @@ class TestCoschedulingAndVolcano:
                 message="the earlier job's Job and Service gone",
             )
             assert get_or_none(cluster, crd, "train", "-n", namespace)["metadata"]["deletionTimestamp"]
+            waits = reconciles(app, "torchrunjob", "requeue")
             make_job(cluster, namespace, queue)
             before = reads(app, crd)
-            time.sleep(8)
+            # five passes of the new job found the earlier job's PodGroup and chose to wait (a
+            # rate-limited retry each: 5 ms doubling, so ~0.2 s in all, well inside the timeout)
+            wait_until(
+                lambda: reconciles(app, "torchrunjob", "requeue") >= waits + 5,
+                30,
+                message="five waiting passes of the new job",
+            )
             gated = get_or_none(cluster, "job", "train", "-n", namespace) is None
             polled = reads(app, crd) - before
         finally:
@@ -710,7 +904,7 @@ class TestCoschedulingAndVolcano:
         assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
 
-    def test_volcano_pod_group_and_annotated_pods(
+    def test_volcano_job_gets_an_owned_pod_group_its_pods_are_annotated_with(
         self,
         cluster: Cluster,
         namespace: str,
@@ -718,6 +912,10 @@ class TestCoschedulingAndVolcano:
         start_controller: Callable[..., App],
         priority_class: str,
     ) -> None:
+        """Objects and linkage only: the Volcano PodGroup (minMember = nodes, queue `default`,
+        priority class, owned by the TorchrunJob), the pods' `schedulerName: volcano` and
+        `scheduling.k8s.io/group-name` annotation. No Volcano scheduler runs here, so the pods
+        stay unplaced and nothing shows that Volcano places the gang."""
         queue = make_queue(scheduling={"scheduler": "volcano", "priorityClassName": priority_class})
         start_controller()
         make_job(cluster, namespace, queue)
@@ -726,14 +924,17 @@ class TestCoschedulingAndVolcano:
             60,
             message="PodGroup",
         )
+        tj = cluster.get("torchrunjob", "train", "-n", namespace)
         assert pg["spec"]["minMember"] == 2 and pg["spec"]["queue"] == "default"
         assert pg["spec"]["priorityClassName"] == priority_class
+        assert controller_owner(pg) == ("TorchrunJob", tj["metadata"]["uid"])
         pods = wait_until(
             lambda: (p := worker_pods(cluster, namespace)) and len(p) == 2 and p, 60, message="pods"
         )
         for pod in pods:
             assert pod["spec"]["schedulerName"] == "volcano"
-            assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "train"
+            assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == pg["metadata"]["name"]
+            assert not pod["spec"].get("nodeName")  # nothing serves schedulerName volcano here
 
 
 # -- the real Kueue ------------------------------------------------------------------------------
@@ -851,6 +1052,19 @@ def release_kueue_objects(cluster: Cluster) -> None:
             cluster.kubectl("delete", kind, meta["name"], *ns, "--wait=false", check=False)
 
 
+def kueue_released(cluster: Cluster, ns: str) -> bool:
+    """The job's Workload is deactivated, evicted and holds no quota (Kueue's own conditions)."""
+    (workload,) = cluster.get("workloads", "-n", ns)["items"]
+    evicted = condition(workload, "Evicted") or {}
+    reserved = condition(workload, "QuotaReserved") or {}
+    return (
+        workload["spec"].get("active") is False
+        and evicted.get("status") == "True"
+        and reserved.get("status") != "True"
+        and not (workload.get("status") or {}).get("admission")
+    )
+
+
 @pytest.mark.usefixtures("scheduler_apis")
 class TestRealKueue:
     def test_real_kueue_admits_a_two_node_job_and_honours_suspend(
@@ -888,7 +1102,9 @@ class TestRealKueue:
         merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": True}}, "-n", namespace)
         job_condition(cluster, namespace, "Suspended", "Suspended")
         wait_until(lambda: worker_pods(cluster, namespace) == [], 60, message="pods gone")
-        time.sleep(3)  # Kueue would have unsuspended it by now if the two fought
+        # Kueue has done its part: the Workload is evicted and its quota released; had the two
+        # fought, Kueue would have unsuspended the Job while the Workload was still admitted
+        wait_until(lambda: kueue_released(cluster, namespace), 60, message="Kueue evicts the Workload")
         assert cluster.get("job", "train", "-n", namespace)["spec"]["suspend"] is True
 
         # resume: Kueue readmits and unsuspends; the job runs again
