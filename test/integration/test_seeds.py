@@ -18,12 +18,12 @@ The manifests are never changed. What a cluster needs for them, provided here as
 All of it is removed at the end of the module.
 
 Every seed job as written takes its code from an upload (the default source; `volumes.workspace`
-with `source: zip` in the changes document), which needs `kubectl torchrun submit` and the sync
-pod — not built yet (issue [workspace]). So as written the jobs are admitted with the seed's sizes
-(numGPUs 16 → 2 nodes, 32 → 4) and wait with `WorkspaceReady=False WorkspaceUnsupported`, and the
-run's summary says so. With the single change `workspace: {source: none}` (the code in the image)
-the README's two etcd-v2 jobs run: their managed etcd, then their workers, Running on the nodes
-their queues select.
+with `source: zip` in the changes document). As written, each is admitted with the seed's sizes
+(numGPUs 16 → 2 nodes, 32 → 4), gets its workspace PVC and sync pod `<job>-sync-0` and waits in
+phase Syncing; the test then uploads an archive through the kube-apiserver's exec endpoint, as
+`kubectl torchrun submit` does, and the job runs. With the single change `workspace: {source:
+none}` (the code in the image) the README's two etcd-v2 jobs run as well: their managed etcd,
+then their workers, Running on the nodes their queues select.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import pytest
 import yaml
 from jobs import condition
 from test_schedulers import crd_names, remove_crds
+from test_workspace import archive, pod_running, upload
 from testbed import REPO, Cluster, wait_until
 
 from controller.cmd.main import App
@@ -56,7 +57,6 @@ JOBS = {
     "vit-training": ("readme-vit-training-job.yaml", 4, 32),
     "multi-node-training": ("changes-multi-node-training-job.yaml", 4, 32),
 }
-Record = Callable[[str, object], None]
 
 
 def docs(name: str) -> list[dict[str, Any]]:
@@ -180,12 +180,11 @@ def test_the_seed_queues_are_ready(
     assert cluster.get("queues.scheduling.run.ai", "gpu-h100-queue")["metadata"]["name"] == "gpu-h100-queue"
 
 
-def test_the_seed_jobs_as_written_are_admitted_and_wait_for_their_upload(
+def test_the_seed_jobs_as_written_wait_for_their_upload_then_run(
     cluster: Cluster,
     seed_cluster: None,
     namespace: str,
     start_controller: Callable[..., App],
-    record_property: Record,
 ) -> None:
     app = start_controller()
     gpu_queue = {"nodeResources": {"gpus": 8}, "image": "pytorch/pytorch:2.0.1-cuda11.7-cudnn8-runtime"}
@@ -201,15 +200,27 @@ def test_the_seed_jobs_as_written_are_admitted_and_wait_for_their_upload(
         cluster.apply((SEEDS / file).read_text(), namespace)  # verbatim
     for name, (_, nodes, gpus) in JOBS.items():
         waiting = wait_until(
-            lambda n=name: with_reason(cluster, namespace, n, "WorkspaceReady", "WorkspaceUnsupported"),
+            lambda n=name: with_reason(cluster, namespace, n, "WorkspaceReady", "Syncing"),
             60,
-            message=f"{name} admitted and waiting for its workspace",
+            message=f"{name} admitted and waiting for its upload",
         )
         assert condition(waiting, "Admitted")["status"] == "True"
         assert (waiting["status"]["nodes"], waiting["status"]["gpus"]) == (nodes, gpus), name
-        assert condition(waiting, "WorkspaceReady")["status"] == "False"
-        assert waiting["status"]["phase"] == "Pending"
+        assert waiting["status"]["phase"] == "Syncing"
+        assert cluster.get("pvc", f"{name}-workspace", "-n", namespace)["metadata"]["name"]
     assert not cluster.get("jobs", "-n", namespace)["items"]
+    for name in JOBS:
+        wait_until(
+            lambda n=name: pod_running(cluster, namespace, f"{n}-sync-0"), 60, message=f"{name}-sync-0"
+        )
+        sent = upload(cluster, namespace, f"{name}-sync-0", archive({"train.py": b"print('seed')\n"}), 0)
+        assert sent.returncode == 0, sent.stderr.decode()
+    for name in JOBS:
+        wait_until(
+            lambda n=name: with_reason(cluster, namespace, n, "Running", "AllWorkersRunning"),
+            120,
+            message=f"{name} Running after its upload",
+        )
     app.recorder.flush()
     events = cluster.get(
         "events", "-n", namespace, "--field-selector", "involvedObject.name=multi-node-training"
@@ -217,11 +228,6 @@ def test_the_seed_jobs_as_written_are_admitted_and_wait_for_their_upload(
     deprecated = [e for e in events["items"] if e["reason"] == "DeprecatedField"]
     assert deprecated and deprecated[0]["type"] == "Warning"
     assert "write that instead" in deprecated[0]["message"] and "{source: upload}" in deprecated[0]["message"]
-    record_property(
-        "note",
-        "the seed jobs as written wait with WorkspaceReady=False WorkspaceUnsupported: their code comes "
-        "from an upload, which issue [workspace] builds; they run here only with workspace.source none",
-    )
 
 
 @pytest.mark.parametrize("name", ["training-job", "vit-training"])
@@ -230,7 +236,7 @@ def test_the_seed_etcd_v2_jobs_run_with_the_code_in_the_image(
 ) -> None:
     file, nodes, gpus = JOBS[name]
     (manifest,) = docs(file)
-    manifest["spec"]["workspace"] = {"source": "none"}  # the one change: no upload yet ([workspace])
+    manifest["spec"]["workspace"] = {"source": "none"}  # the one change: the code in the image
     start_controller()
     cluster.apply(manifest, namespace)
     running = wait_until(
