@@ -22,9 +22,9 @@ from pathlib import Path, PurePosixPath
 
 from controller.plugin.ignore import IgnoreRules, Rule
 from controller.plugin.secretfiles import HEAD_BYTES, secret_reason
+from controller.sync.names import RESERVED_TOP_LEVEL
 
 NEVER_PACKED = ".git"
-RESERVED_NAMES = (".sync_success",)  # the sync program's marker (docs/workspace.md)
 DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
 _LARGEST_SHOWN = 10
 
@@ -145,7 +145,7 @@ def scan(root: Path) -> Tree:
         unpackable=tuple(walk.unpackable),
         escaping_links=tuple(walk.escaping),
         secrets=tuple(walk.secrets),
-        reserved=tuple(e.path for e in entries if e.path in RESERVED_NAMES),
+        reserved=tuple(e.path for e in entries if e.path in RESERVED_TOP_LEVEL),
     )
 
 

@@ -65,16 +65,15 @@ def submit(
 ) -> int:
     """Run `submit` (see the module docstring); the exit code."""
     manifest = job_manifest(spec, root.resolve().name)
-    if dry_run:
-        with packed(root, force) as pack:
+    with packed(root, force) as pack:
+        if dry_run:
             console.line(yaml.safe_dump(manifest, sort_keys=False).rstrip())
             console.line("---")
             console.line(file_list(pack.tree))
             console.line(f"archive: {pack.summary()}")
-        return 0
-    kube = connect()
-    check_queue(kube, spec)
-    with packed(root, force) as pack:
+            return 0
+        kube = connect()
+        check_queue(kube, spec)
         console.say(f"packed {root.resolve()}: {pack.summary()}")
         job = create_job(kube, manifest)
         name = job["metadata"]["name"]
