@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
 from kubernetes.client.rest import RESTClientObject
@@ -63,6 +64,20 @@ def _context_namespace(config_file: str, context: str | None) -> str | None:
     return str(ns) if ns else None
 
 
+def _current_context(files: Sequence[str]) -> str | None:
+    """kubectl's current context: the first file that sets one wins (the `kubernetes` package's
+    merger lets the last one win, so the plugin decides and passes it explicitly)."""
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as exc:
+            raise PluginError(f"invalid kubeconfig {path}: {exc}") from None
+        if isinstance(config, dict) and config.get("current-context"):
+            return str(config["current-context"])
+    return None
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the commands act: the API server's configuration and the namespace."""
@@ -78,8 +93,10 @@ def load_target(
     environ: Mapping[str, str] = os.environ,
 ) -> Target:
     """Resolve server, credentials and namespace as kubectl does (see the module docstring)."""
-    config_file = os.pathsep.join(kubeconfig_files(kubeconfig, environ))
+    files = kubeconfig_files(kubeconfig, environ)
+    config_file = os.pathsep.join(files)
     try:
+        context = context or _current_context(files)
         ns = namespace or _context_namespace(config_file, context) or "default"
         configuration = k8s_client.Configuration()
         k8s_config.load_kube_config(

@@ -45,22 +45,37 @@ def test_nested_ignore_files_with_negations_scope_and_precedence(tmp_path: Path)
         tmp_path,
         {
             ".gitignore": "*.log\n!keep.log\n/build/\n/only_root.txt\n# a comment\n\n",
-            "a.log": "", "keep.log": "", "only_root.txt": "", "train.py": "",
+            "a.log": "",
+            "keep.log": "",
+            "only_root.txt": "",
+            "train.py": "",
             "build/out.bin": "",
             "sub/.gitignore": "!debug.log\n*.tmp\n/anchored.txt\n",
             "sub/.torchrunignore": "!wanted.tmp\nscratch/\n",
-            "sub/debug.log": "", "sub/other.log": "", "sub/x.tmp": "", "sub/wanted.tmp": "",
-            "sub/anchored.txt": "", "sub/only_root.txt": "", "sub/deeper/anchored.txt": "",
+            "sub/debug.log": "",
+            "sub/other.log": "",
+            "sub/x.tmp": "",
+            "sub/wanted.tmp": "",
+            "sub/anchored.txt": "",
+            "sub/only_root.txt": "",
+            "sub/deeper/anchored.txt": "",
             "sub/scratch/notes.md": "",
             "sub/deeper/.torchrunignore": "*\n!*.py\n!*/\n",
-            "sub/deeper/model.py": "", "sub/deeper/weights.bin": "",
+            "sub/deeper/model.py": "",
+            "sub/deeper/weights.bin": "",
         },
-    )  # fmt: skip
+    )
     assert packed_paths(tmp_path) == {
-        ".gitignore", "keep.log", "train.py",
-        "sub/.gitignore", "sub/.torchrunignore", "sub/debug.log", "sub/wanted.tmp", "sub/only_root.txt",
+        ".gitignore",
+        "keep.log",
+        "train.py",
+        "sub/.gitignore",
+        "sub/.torchrunignore",
+        "sub/debug.log",
+        "sub/wanted.tmp",
+        "sub/only_root.txt",
         "sub/deeper/model.py",
-    }  # fmt: skip
+    }
     rules = {path: str(rule) for path, rule in scan(tmp_path).ignored}
     assert rules["a.log"] == ".gitignore:1: *.log"
     assert rules["build"] == ".gitignore:3: /build/"
@@ -82,10 +97,15 @@ def test_defaults_drop_git_caches_and_venvs_and_a_project_can_reinclude(tmp_path
     write(
         tmp_path,
         {
-            ".git/HEAD": "ref", "pkg/__pycache__/m.cpython-311.pyc": "", "pkg/m.pyc": "", "pkg/m.py": "",
-            ".venv/bin/python": "", "venv/lib/site.py": "", "tools/venv/x": "",
+            ".git/HEAD": "ref",
+            "pkg/__pycache__/m.cpython-311.pyc": "",
+            "pkg/m.pyc": "",
+            "pkg/m.py": "",
+            ".venv/bin/python": "",
+            "venv/lib/site.py": "",
+            "tools/venv/x": "",
         },
-    )  # fmt: skip
+    )
     assert packed_paths(tmp_path) == {"pkg/m.py"}
     assert dict((p, r.source) for p, r in scan(tmp_path).ignored)["pkg/m.pyc"] == "built-in defaults"
     write(tmp_path, {".torchrunignore": "!venv/\n!.git/\n"})
@@ -138,8 +158,9 @@ def test_size_limit_lists_the_largest_files_and_the_rule_to_drop_each(tmp_path: 
     assert refusals(tree, limit=5010) == []
 
 
-def test_the_command_refuses_before_anything_is_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_the_command_refuses_before_anything_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(tmp_path, {"train.py": "", ".env": "TOKEN=1"})
     (tmp_path / "big.bin").open("wb").truncate(pack.DEFAULT_SIZE_LIMIT + 1)  # sparse: costs no disk
     monkeypatch.chdir(tmp_path)
@@ -225,8 +246,15 @@ def test_archive_entries_carry_no_time_or_owner(tmp_path: Path) -> None:
     assert out.getvalue()[4:8] == b"\0\0\0\0"  # gzip header mtime
     with tarfile.open(fileobj=io.BytesIO(out.getvalue()), mode="r:gz") as tar:
         members = tar.getmembers()
-    assert [m.name for m in members] == ["data", "data/labels.txt", "link", "pkg", "pkg/__init__.py",
-                                         "pkg/model.py", "train.py"]  # fmt: skip
+    assert [m.name for m in members] == [
+        "data",
+        "data/labels.txt",
+        "link",
+        "pkg",
+        "pkg/__init__.py",
+        "pkg/model.py",
+        "train.py",
+    ]
     assert {(m.mtime, m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, 0, "", "")}
     assert (archive.files, archive.bytes, archive.size) == (4, 19, len(out.getvalue()))
 

@@ -1,0 +1,366 @@
+"""The plugin without a cluster: argument parsing, kubeconfig resolution, one-line errors, the
+exec status channel, log prefixing and what `list`/`status` print."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.plugin import main as main_module
+from controller.plugin.archive import Archive
+from controller.plugin.errors import PluginError
+from controller.plugin.kube import load_target, status_message
+from controller.plugin.logs import prefixed, rank_of, selected
+from controller.plugin.main import build_parser, main
+from controller.plugin.manifest import SubmitSpec, command_text, generate_name, job_manifest, parse_env
+from controller.plugin.upload import ExecOutcome, exit_code, failure_line, receive_command
+from controller.plugin.views import age, job_rows, status_text
+from controller.plugin.watch import outcome, waiting_for
+
+NOW = datetime.datetime(2026, 1, 2, 12, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+def kubeconfig(path: Path, server: str, context: str = "ctx", namespace: str | None = "team-a") -> Path:
+    ctx: dict[str, Any] = {
+        "cluster": context,
+        "user": context,
+        **({"namespace": namespace} if namespace else {}),
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": context, "cluster": {"server": server}}],
+                "users": [{"name": context, "user": {"token": "t"}}],
+                "contexts": [{"name": context, "context": ctx}],
+                "current-context": context,
+            }
+        )
+    )
+    return path
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- argument parsing ---------------------------------------------------------------------------
+
+
+def test_submit_needs_a_queue_and_exactly_one_size(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    for argv in (
+        ["submit", "--nodes", "1", "x"],
+        ["submit", "--queue", "q", "x"],
+        ["submit", "--queue", "q", "--nodes", "1", "--gpus", "8", "x"],
+        ["submit", "--queue", "q", "--nodes", "0", "x"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_connection_flags_before_or_after_the_command() -> None:
+    parser = build_parser()
+    before = parser.parse_args(["-n", "ns1", "--context", "c1", "status", "job"])
+    after = parser.parse_args(["status", "job", "--namespace", "ns1", "--context", "c1"])
+    for args in (before, after):
+        assert (args.namespace, args.context, args.name) == ("ns1", "c1", "job")
+    assert not hasattr(parser.parse_args(["list"]), "namespace")  # unset: the context decides
+
+
+def test_command_words_after_double_dash_keep_their_quoting() -> None:
+    args = build_parser().parse_args(
+        ["submit", "--queue", "q", "--gpus", "8", "--", "python", "t.py", "--msg", "a b"]
+    )
+    assert command_text(args.command) == "python t.py --msg 'a b'"
+    assert command_text(["python train.py --epochs 3"]) == "python train.py --epochs 3"
+
+
+def test_manifest_carries_queue_size_command_upload_and_env_overrides() -> None:
+    spec = SubmitSpec(queue="q", command="python train.py", gpus=16, env=parse_env(["A=1", "B=x=y", "A=2"]))
+    manifest = job_manifest(spec, "My Project_2")
+    assert manifest["metadata"] == {"generateName": "my-project-2-"}
+    assert manifest["spec"] == {
+        "jobQueue": "q",
+        "command": "python train.py",
+        "numGPUs": 16,
+        "workspace": {"source": "upload"},
+        "overrides": {"env": [{"name": "A", "value": "2"}, {"name": "B", "value": "x=y"}]},
+    }
+    assert job_manifest(SubmitSpec(queue="q", command="c", nodes=2, name="n"), "d")["metadata"] == {
+        "name": "n"
+    }
+
+
+def test_generated_names_are_dns_labels_that_leave_room_for_the_suffix() -> None:
+    assert generate_name("9lives") == "job-9lives-"
+    assert generate_name("___") == "job-"
+    assert len(generate_name("a" * 100)) == 47
+
+
+def test_bad_env_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "--queue", "q", "--nodes", "1", "--env", "NOVALUE", "--dry-run", "x"]) == 1
+    assert capsys.readouterr().err == "error: --env 'NOVALUE': want NAME=value with NAME a variable name\n"
+
+
+# --- kubeconfig like kubectl --------------------------------------------------------------------
+
+
+def test_namespace_from_flag_then_context_then_default(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path / "a", "https://example.invalid:6443")
+    env = {"KUBECONFIG": str(config)}
+    assert load_target(None, None, None, env).namespace == "team-a"
+    assert load_target(None, None, "mine", env).namespace == "mine"
+    plain = kubeconfig(tmp_path / "b", "https://example.invalid:6443", namespace=None)
+    assert load_target(str(plain), None, None, {}).namespace == "default"
+
+
+def test_kubeconfig_lists_several_files_and_skips_missing_ones(tmp_path: Path) -> None:
+    first = kubeconfig(tmp_path / "one", "https://one.invalid:6443", context="one", namespace="ns-one")
+    second = kubeconfig(tmp_path / "two", "https://two.invalid:6443", context="two", namespace="ns-two")
+    env = {"KUBECONFIG": f"{tmp_path / 'missing'}:{first}:{second}"}
+    target = load_target(None, "two", None, env)
+    assert (target.namespace, target.configuration.host) == ("ns-two", "https://two.invalid:6443")
+    assert load_target(None, None, None, env).namespace == "ns-one"  # the first file's current-context
+
+
+@pytest.mark.parametrize(
+    "argv, env, line",
+    [
+        (
+            ["list"],
+            {"KUBECONFIG": "/nonexistent/a:/nonexistent/b"},
+            "error: no kubeconfig: KUBECONFIG=/nonexistent/a:/nonexistent/b has no file; "
+            "set KUBECONFIG or pass --kubeconfig",
+        ),
+        (["--kubeconfig", "/nonexistent/x", "list"], {}, "error: kubeconfig /nonexistent/x does not exist"),
+    ],
+)
+def test_no_kubeconfig_is_one_line(
+    argv: list[str],
+    env: dict[str, str],
+    line: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(argv) == 1
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_unknown_context_and_unreachable_server_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = f"https://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "c", server)))
+    assert main(["status", "x", "--context", "nope"]) == 1
+    assert capsys.readouterr().err == "error: context nope is not in the kubeconfig\n"
+    assert main(["list"]) == 1
+    assert capsys.readouterr().err == f"error: cannot reach the API server at {server}: connection refused\n"
+
+
+def test_a_bug_is_one_line_too(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(*_: Any) -> int:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(main_module, "run", broken)
+    monkeypatch.delenv(main_module.DEBUG_ENV, raising=False)
+    assert main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: internal error: KeyError: 'oops' (set KUBECTL_TORCHRUN_DEBUG=1 for the traceback)\n"
+
+
+# --- API answers ------------------------------------------------------------------------------------
+
+
+def test_a_422_quotes_every_field_cause() -> None:
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": "Invalid",
+        "code": 422,
+        "message": 'TorchrunJob.torchrun.ai "x" is invalid: ...',
+        "details": {
+            "causes": [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "spec.numNodes",
+                    "message": "Invalid value: 0: must be >= 1",
+                },
+                {"reason": "FieldValueRequired", "field": "spec.jobQueue", "message": "Required value"},
+            ]
+        },
+    }
+    assert status_message(422, json.dumps(body).encode()) == (
+        "Invalid",
+        "the API server refused it: spec.numNodes: Invalid value: 0: must be >= 1; "
+        "spec.jobQueue: Required value",
+    )
+    assert status_message(403, b'{"kind":"Status","reason":"Forbidden","message":"nope"}') == (
+        "Forbidden",
+        "nope",
+    )
+    assert status_message(502, b"bad gateway") == ("", "bad gateway")
+
+
+def test_exec_exit_code_comes_from_the_status_channel() -> None:
+    assert exit_code(b'{"metadata":{},"status":"Success"}') == (0, "")
+    failure = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "message": "command terminated with non-zero exit code: 3",
+        "details": {"causes": [{"reason": "ExitCode", "message": "3"}]},
+    }
+    assert exit_code(json.dumps(failure).encode()) == (3, failure["message"])
+    assert exit_code(b'{"status":"Failure","message":"exec: \\"python\\": not found"}') == (
+        126,
+        'exec: "python": not found',
+    )
+    assert exit_code(b"") == (None, "")
+
+
+def test_an_upload_failure_is_the_sync_programs_last_line() -> None:
+    outcome_ = ExecOutcome(1, "", "warning: slow\nChecksumMismatch: got abc, want def\n", "exit code 1")
+    assert failure_line(outcome_) == "ChecksumMismatch: got abc, want def"
+    assert failure_line(ExecOutcome(126, "", "", "not found")) == "not found"
+
+
+def test_receive_command_is_the_contracts() -> None:
+    command = receive_command(3, Archive(sha256="ab" * 32, size=123, files=1, bytes=5))
+    assert command == [
+        "python",
+        "-m",
+        "controller.sync",
+        "receive",
+        "--generation",
+        "3",
+        "--size",
+        "123",
+        "--sha256",
+        "ab" * 32,
+    ]
+
+
+# --- logs, waiting, views -----------------------------------------------------------------------
+
+
+def pod(name: str, index: str | None, created: str = "2026-01-02T11:00:00Z", **status: Any) -> dict[str, Any]:
+    annotations = {} if index is None else {"batch.kubernetes.io/job-completion-index": index}
+    meta = {
+        "name": name,
+        "uid": name,
+        "annotations": annotations,
+        "creationTimestamp": created,
+        "labels": {"torchrun.ai/role": "worker"},
+    }
+    return {"metadata": meta, "spec": {"nodeName": "gpu-node-0"}, "status": status}
+
+
+def test_log_lines_are_prefixed_with_the_rank_only_when_ranks_share_the_output() -> None:
+    assert prefixed(3, "loss 0.1", prefix=True) == "[rank 3] loss 0.1"
+    assert prefixed(None, "x", prefix=True) == "[rank ?] x"
+    assert prefixed(3, "loss 0.1", prefix=False) == "loss 0.1"
+
+
+def test_ranks_come_from_the_completion_index_and_order_the_pods() -> None:
+    pods = [pod("b", "1"), pod("a2", "0", "2026-01-02T11:30:00Z"), pod("a1", "0"), pod("x", None)]
+    assert rank_of(pods[0]) == 1 and rank_of(pods[3]) is None
+    assert [p["metadata"]["name"] for _, p in selected(pods, None)] == ["x", "a1", "a2", "b"]
+    assert [p["metadata"]["name"] for _, p in selected(pods, {0})] == ["a1", "a2"]
+
+
+def job(
+    phase: str = "Pending", conditions: list[dict[str, str]] | None = None, **status: Any
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "2026-01-02T11:00:00Z"},
+        "spec": {
+            "jobQueue": "q",
+            "numNodes": 2,
+            "command": "python train.py",
+            "workspace": {"source": "upload"},
+        },
+        "status": {"phase": phase, "conditions": conditions or [], **status},
+    }
+
+
+def test_waiting_for_reads_the_first_condition_that_is_not_true() -> None:
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "ok"}
+    unbound = {
+        "type": "WorkspaceReady",
+        "status": "False",
+        "reason": "ClaimNotBound",
+        "message": "pvc train-workspace is Pending",
+    }
+    assert waiting_for(job()) == "Admitted: not reported yet (is the controller running?)"
+    assert (
+        waiting_for(job(conditions=[admitted, unbound]))
+        == "WorkspaceReady=False ClaimNotBound: pvc train-workspace is Pending"
+    )
+
+
+def test_outcome_of_a_finished_job() -> None:
+    failed = {"type": "Failed", "status": "True", "reason": "WorkersFailed", "message": "rank 1 exited 1"}
+    assert outcome(job("Running")) is None
+    assert outcome(job("Succeeded")) == (0, "job train succeeded")
+    assert outcome(job("Failed", [failed])) == (1, "job train failed: WorkersFailed: rank 1 exited 1")
+
+
+def test_list_and_status_read_like_kubectl() -> None:
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "queue q"}
+    running = job(
+        "Running", [admitted], nodes=2, gpus=16, restarts=1, workspaceGeneration=1, workspaceSha256="f" * 64
+    )
+    assert job_rows([running], NOW).splitlines() == [
+        "NAME   QUEUE  NODES  GPUS  PHASE    RESTARTS  AGE",
+        "train  q      2      16    Running  1         60m",
+    ]
+    pods = [
+        pod(
+            "train-0-abc",
+            "0",
+            phase="Running",
+            containerStatuses=[{"state": {"running": {}}, "restartCount": 0}],
+        )
+    ]
+    event = {
+        "type": "Normal",
+        "reason": "Created",
+        "message": "created Job train",
+        "involvedObject": {"name": "train"},
+        "lastTimestamp": "2026-01-02T11:59:30Z",
+        "metadata": {},
+    }
+    text = status_text(running, pods, [event], NOW)
+    assert "Phase:      Running    (restarts 1)" in text
+    assert (
+        "Workspace:  source upload, wanted generation 0, running generation 1 (sha256 ffffffffffff)" in text
+    )
+    assert "  Admitted  True    Admitted  queue q" in text
+    assert "  train-0-abc  worker  0     gpu-node-0  Running  0" in text
+    assert "  30s  Normal  Created  train   created Job train" in text
+
+
+def test_ages_like_kubectl() -> None:
+    times = ("2026-01-02T11:59:15Z", "2026-01-02T11:55:00Z", "2026-01-01T09:00:00Z", None)
+    assert [age(t, NOW) for t in times] == ["45s", "5m", "27h", "<unknown>"]
+
+
+def test_plugin_error_carries_its_exit_code() -> None:
+    assert PluginError("x", code=3).code == 3
