@@ -6,6 +6,8 @@
 #
 # Two stages: `build` turns the project and its dependencies into wheels; the final stage installs
 # them, offline, into a virtualenv on a clean base, so no compiler, pip cache or source tree ships.
+# The sync pods' sources need two things beyond the controller: the `sync` extra (boto3, for `s3`)
+# and the `git` binary with ssh and the CA bundle (for `git` over ssh and https).
 # It runs as the numeric non-root user 65532, which lets Kubernetes verify `runAsNonRoot`.
 # For reproducible builds pin the base by digest: --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -17,8 +19,9 @@ WORKDIR /src
 # setup.cfg reads README.md as the long description
 COPY setup.py setup.cfg README.md ./
 COPY controller ./controller
-# the project's wheel plus a wheel of every dependency (all publish wheels: nothing compiles)
-RUN pip wheel --wheel-dir /wheels .
+# the project's wheel plus a wheel of every dependency, the sync extra's included (all publish
+# wheels: nothing compiles)
+RUN pip wheel --wheel-dir /wheels ".[sync]"
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -36,9 +39,12 @@ ENV VIRTUAL_ENV=/opt/torchrun-controller \
 # (bind-mounted, so they never become a layer). `python` on PATH is the venv's, which is what
 # the sync pods' `python -m controller.sync` needs.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m venv --without-pip "$VIRTUAL_ENV" \
+    apt-get update \
+ && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -m venv --without-pip "$VIRTUAL_ENV" \
  && pip --python "$VIRTUAL_ENV/bin/python" install --no-index --no-cache-dir --find-links=/wheels \
-        torchrun-controller \
+        "torchrun-controller[sync]" \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home \
         --shell /usr/sbin/nologin nonroot

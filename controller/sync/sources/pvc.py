@@ -3,9 +3,10 @@
 What this module guarantees:
 - The sub-path is relative and stays in the claim (`..`, or a symlink out of the claim, is
   refused); a missing one, or one that is not a directory, is `SourceNotFound`.
-- The tree is copied as it is: regular files with their permission bits (`mode & 0o777`; set-id
-  bits are dropped, and the owner always keeps `rwx` on directories so an old generation can be
-  removed), directories, and symlinks that stay in the tree (as symlinks). A symlink that is
+- The tree is copied as it is: directories, regular files and symlinks that stay in the tree (as
+  symlinks). Modes follow the upload's rule (controller.sync.archive), so a tree gives workers the
+  same files whichever way it came: files 0644 plus their execute bits, directories 0755; never
+  set-id bits, and nothing a worker running as another uid could not read. A symlink that is
   absolute or leaves the tree — by its text, or by where it really resolves in the claim — is
   `InvalidArchive`, and so is a device, fifo or socket, or `.sync_success` at the top: the rules
   an uploaded archive meets.
@@ -93,11 +94,11 @@ class _Copier:
         if stat.S_ISLNK(st.st_mode):
             self._copy_link(Path(entry.path), dst, rel)
         elif stat.S_ISDIR(st.st_mode):
-            dst.mkdir(0o700)
+            dst.mkdir(0o755)
+            os.chmod(dst, 0o755)  # whatever the umask
             self.copy_dir(Path(entry.path), dst, rel)
-            os.chmod(dst, (st.st_mode & 0o777) | 0o700)
         elif stat.S_ISREG(st.st_mode):
-            self._copy_file(Path(entry.path), dst, rel, st.st_mode & 0o777)
+            self._copy_file(Path(entry.path), dst, rel, 0o644 | (st.st_mode & 0o111))
         else:
             raise SyncError(INVALID_ARCHIVE, f"{rel}: a device, fifo or socket")
 

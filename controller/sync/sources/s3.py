@@ -112,6 +112,10 @@ def download(dest: Path, uri: S3Uri, limits: Limits, env: Mapping[str, str]) -> 
         stream = _HashingStream(body, uri)
         try:
             stats = extract_archive(stream, dest, limits, compression="gz" if uri.gzipped else "none")
+        except SyncError as e:
+            if e.reason == S3_FETCH_FAILED:
+                raise
+            raise SyncError(e.reason, f"{uri}: {e.message}") from None
         finally:
             body.close()
         return Fetched(stats, stream.hexdigest())
@@ -233,10 +237,13 @@ class _Prefix:
                 yield str(obj["Key"]), int(obj["Size"])
 
     def _one(self, key: str, rel: str, size: int) -> None:
-        parts = names.normalize(rel)
-        if not parts or rel.startswith("/") or "//" in rel:
+        try:
+            parts = names.normalize(rel)
+            names.check_reserved(parts, rel)
+        except SyncError as e:
+            raise SyncError(e.reason, f"s3://{self._uri.bucket}/{key}: {e.message}") from None
+        if not parts:
             raise SyncError(INVALID_ARCHIVE, f"s3://{self._uri.bucket}/{key}: not a path under the prefix")
-        names.check_reserved(parts, rel)
         if rel.endswith("/"):
             self._mkdirs(parts, key)
             return
