@@ -743,6 +743,11 @@ def test_pvc_missing_sub_path_is_source_not_found(
     assert_failed(run, 0, "SourceNotFound", fragment)
 
 
+def test_pvc_without_its_claim_is_source_not_found(tmp_path: Path) -> None:
+    run = sync_fetch(tmp_path, 0, "--source", "pvc", TORCHRUN_SOURCE_DIR=str(tmp_path / "not-mounted"))
+    assert_failed(run, 0, "SourceNotFound", "no source claim at")
+
+
 @pytest.mark.parametrize(
     "target",
     [

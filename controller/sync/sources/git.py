@@ -10,11 +10,11 @@ What this module guarantees:
   generation's temporary directory; a ref that looks like a commit id and cannot be fetched
   shallowly (an abbreviated id, or a server that refuses unadvertised objects) falls back to a
   full fetch of branches and tags, then resolves the id locally.
-- Credentials never reach a URL, an argument list or a file of ours: basic-auth goes through a
-  credential helper that git runs only when the server asks (401) and that reads the Secret's
-  `username` and `password` files itself; an ssh key goes through `GIT_SSH_COMMAND`, as a private
-  0600 copy in a temporary directory (`$TMPDIR`) because ssh refuses a group-readable key, which
-  is what a Secret volume's default mode gives. `known_hosts` pins the host when present;
+- Credentials never reach a URL or an argument list: basic-auth goes through a credential helper
+  that git runs only when the server asks (401) and that reads the Secret's `username` and
+  `password` files itself (nothing is written); an ssh key goes through `GIT_SSH_COMMAND`, as a
+  private 0600 copy in a temporary directory (`$TMPDIR`, removed afterwards) because ssh refuses
+  a group-readable key, which is what a Secret volume holds. `known_hosts` pins the host when present;
   otherwise the first key seen is accepted (`StrictHostKeyChecking=accept-new`).
 - Nothing interactive and nothing from the machine: no terminal prompt, no system or global git
   config, no hooks, the `ext::` transport off, English messages; every git process (and its ssh
@@ -230,9 +230,8 @@ def _credential_helper(username: Path, password: Path) -> str:
     """A shell credential helper that answers `get` from the two files. The values travel only
     through git's credential pipe: `printf` is a shell builtin and `cat` sees only the paths."""
     u, p = shlex.quote(str(username)), shlex.quote(str(password))
-    return (
-        f'!f() {{ test "$1" = get && printf \'username=%s\\npassword=%s\\n\' "$(cat {u})" "$(cat {p})"; }}; f'
-    )
+    answer = f'printf \'username=%s\\npassword=%s\\n\' "$(cat {u})" "$(cat {p})"'
+    return f'!f() {{ test "$1" = get || return 0; {answer}; }}; f'
 
 
 @contextmanager

@@ -56,6 +56,8 @@ def source_dir(claim: Path, sub_path: str | None) -> Path:
     rel = PurePosixPath(sub_path or ".")
     if rel.is_absolute() or ".." in rel.parts:
         raise SyncError(SOURCE_NOT_FOUND, f"sub-path {sub_path!r} must be a relative path inside the claim")
+    if not claim.is_dir():
+        raise SyncError(SOURCE_NOT_FOUND, f"no source claim at {claim}")
     source = claim / rel
     shown = f"sub-path {str(rel)!r} of the source claim"
     if not source.exists():

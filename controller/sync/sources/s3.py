@@ -138,8 +138,14 @@ def make_client(env: Mapping[str, str]) -> Any:
         connect_timeout=10,
         read_timeout=60,
     )
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-    return boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region, config=config)
+    session = boto3.session.Session(
+        # from `env` (the pod's, as the CLI read it); unset ones leave boto3 its own chain
+        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+        aws_session_token=env.get("AWS_SESSION_TOKEN") or None,
+        region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+    )
+    return session.client("s3", endpoint_url=endpoint, config=config)
 
 
 @contextmanager
