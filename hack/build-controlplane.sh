@@ -47,8 +47,28 @@ build_kwok() {
   touch "$KWOK_BIN/.done"
 }
 
+# kwok's Exec/ClusterExec/Logs/ClusterLogs CRDs, from the same module version (kustomize/crd/bases/):
+# hack/controlplane.sh applies them before kwok starts with --enable-crds.
+build_kwok_crds() {
+  [ -f "$KWOK_BIN/crds/.done" ] && return 0
+  local dir kind
+  dir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$KWOK_BIN/crds"
+  for kind in execs clusterexecs logs clusterlogs; do
+    cp "$dir/kustomize/crd/bases/kwok.x-k8s.io_$kind.yaml" "$KWOK_BIN/crds/"
+  done
+  chmod u+w "$KWOK_BIN/crds"/*.yaml  # the module cache is read-only
+  touch "$KWOK_BIN/crds/.done"
+}
+
+# two runs at once (parallel sessions, one checkout or two): one builds, the others wait for it
+mkdir -p "$CACHE_DIR"
+exec 9>"$CACHE_DIR/build-controlplane.lock"
+flock 9
+
 start=$(date +%s)
 build_etcd
 build_kwok
+build_kwok_crds
 build_kube
 log "control plane binaries ready in $BIN_DIR ($(( $(date +%s) - start ))s)"

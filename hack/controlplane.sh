@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The local control plane of SPEC §10: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and kwok with fake GPU nodes, all on loopback, all from hack/build-controlplane.sh.
+# kube-scheduler and kwok with fake GPU nodes, all on loopback, all from hack/build-controlplane.sh;
+# and the node agent (hack/testbed/nodeagent): hostPath volumes for the default StorageClass
+# `standard`, sync pods run as local processes, exec and logs through kwok (hack/testbed/README.md).
 #
 #   hack/controlplane.sh up                 build if needed, start everything, create the nodes
 #   hack/controlplane.sh down               stop everything (no process is left behind)
-#   hack/controlplane.sh stop COMPONENT     stop one component (etcd, kube-apiserver, ...)
+#   hack/controlplane.sh stop COMPONENT     stop one component (etcd, kube-apiserver, ..., node-agent)
 #   hack/controlplane.sh start COMPONENT    start one component again (same ports and data)
 #   hack/controlplane.sh env                print the export line for kubectl
 #
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
-# TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110).
+# TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110), TORCHRUN_PYTHON (the Python of the node
+# agent and the sync pods; default: the first of `python`, `python3` on PATH that imports this
+# checkout's `controller`, else hack/venv.sh's).
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
@@ -23,6 +27,8 @@ PKI="$RUN_DIR/pki"
 PIDS="$RUN_DIR/pids"
 LOGS="$RUN_DIR/logs"
 KUBECTL="$KUBE_BIN/kubectl"
+AGENT_BIN="$RUN_DIR/node-agent/bin"  # `python`/`python3` of the sync pods and of kwok's exec
+KWOK_CRDS=(execs.kwok.x-k8s.io clusterexecs.kwok.x-k8s.io logs.kwok.x-k8s.io clusterlogs.kwok.x-k8s.io)
 
 free_ports() {  # N free loopback TCP ports
   python3 - "$1" <<'PY'
@@ -66,6 +72,7 @@ ensure_pki() {
   cert controller-manager system:kube-controller-manager
   cert scheduler system:kube-scheduler
   cert kwok kwok-controller system:masters
+  cert node-agent testbed-node-agent system:masters
   if [ ! -f "$PKI/sa.key" ]; then
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -152,7 +159,7 @@ start_apiserver() {
     --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
     --enable-priority-and-fairness=false --endpoint-reconciler-type none \
     --disable-admission-plugins TaintNodesByCondition \
-    --kubelet-certificate-authority "$PKI/ca.crt" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
     --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
     --cert-dir "$PKI/serving" \
     --audit-policy-file "$RUN_DIR/audit-policy.yaml" --audit-log-path "$RUN_DIR/audit.log" \
@@ -165,7 +172,7 @@ start_controller_manager() {
     --kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
-    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller" \
+    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
 }
@@ -178,13 +185,60 @@ start_scheduler() {
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
 }
 
+install_cluster_objects() {  # what kwok and the node agent need before they start
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply --server-side -f "$KWOK_BIN/crds" \
+    -f "$HACK_DIR/testbed/storageclass.yaml" >/dev/null
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Established --timeout=60s \
+    "${KWOK_CRDS[@]/#/crd/}" >/dev/null
+}
+
+testbed_python() {  # the Python whose `controller` is this checkout's (TORCHRUN_PYTHON first)
+  local py
+  for py in "${TORCHRUN_PYTHON:-}" "$(command -v python || true)" "$(command -v python3 || true)"; do
+    [ -n "$py" ] || continue
+    if "$py" - "$REPO_DIR" >/dev/null 2>&1 <<'PY'
+import os, sys
+import controller
+here = os.path.realpath(sys.argv[1]) + os.sep
+sys.exit(0 if os.path.realpath(controller.__file__).startswith(here) else 1)
+PY
+    then echo "$py"; return 0; fi
+  done
+  echo "$("$HACK_DIR/venv.sh")/bin/python"
+}
+
+write_python_shims() {  # the sync pods' `python` and kwok exec's: the test bed's Python
+  local py name; py=$(testbed_python)
+  mkdir -p "$AGENT_BIN"
+  for name in python python3; do
+    printf '#!/bin/sh\nexec %q "$@"\n' "$py" > "$AGENT_BIN/$name"
+    chmod +x "$AGENT_BIN/$name"
+  done
+}
+
 start_kwok() {
-  launch kwok "$KWOK_BIN/kwok" --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
-    --config "$HACK_DIR/testbed/kwok/stages.yaml" \
+  # kwok looks up an exec's command on its own PATH (Go's exec.Command resolves it before the
+  # Exec's envs apply), so `kubectl exec ... -- python` must find the test bed's Python there
+  [ -x "$AGENT_BIN/python" ] || write_python_shims
+  launch kwok env "PATH=$AGENT_BIN:$PATH" "$KWOK_BIN/kwok" --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
+    --config "$HACK_DIR/testbed/kwok/stages.yaml" --enable-crds Exec,ClusterExec,Logs,ClusterLogs \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --node-port "$KWOK_PORT" --server-address "127.0.0.1:$KWOK_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --node-lease-duration-seconds 40 -v=INFO
+}
+
+start_node_agent() {
+  [ -x "$AGENT_BIN/python" ] || write_python_shims
+  local started; started=$(grep -c "caches synced" "$LOGS/node-agent.log" 2>/dev/null || true)
+  launch node-agent env "PYTHONPATH=$HACK_DIR/testbed" "$AGENT_BIN/python" -m nodeagent \
+    --kubeconfig "$RUN_DIR/node-agent.kubeconfig" --run-dir "$RUN_DIR" \
+    --image-path "$AGENT_BIN:/usr/local/bin:/usr/bin:/bin"
+  wait_for "the node agent" 60 agent_synced_since "${started:-0}"
+}
+
+agent_synced_since() {  # agent_synced_since N: the agent's log says "caches synced" more than N times
+  [ "$(grep -c "caches synced" "$LOGS/node-agent.log" 2>/dev/null || true)" -gt "$1" ]
 }
 
 create_nodes() {
@@ -230,6 +284,7 @@ start_component() {
     kube-controller-manager) start_controller_manager ;;
     kube-scheduler) start_scheduler ;;
     kwok) start_kwok ;;
+    node-agent) start_node_agent ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -254,11 +309,15 @@ up() {
   kubeconfig controller-manager controller-manager
   kubeconfig scheduler scheduler
   kubeconfig kwok kwok
+  kubeconfig node-agent node-agent
+  write_python_shims
   start_etcd
   start_apiserver
+  install_cluster_objects
   start_controller_manager
   start_scheduler
   start_kwok
+  start_node_agent
   create_nodes
   wait_for "default service account" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get serviceaccount default -n default
   log "control plane up in $(python3 -c "import time;print(round(time.time()-$t0,1))")s: $NODES fake GPU nodes"
@@ -267,7 +326,7 @@ up() {
 
 down() {
   local c
-  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
+  for c in node-agent kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
 }
 
 env_line() { echo "export KUBECONFIG=$KUBECONFIG_PATH"; }

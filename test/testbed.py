@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -21,6 +22,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROLPLANE = REPO / "hack" / "controlplane.sh"
+# The control plane's node agent and its sync pods run `controller` on this Python: the one these
+# tests import it with (hack/controlplane.sh reads TORCHRUN_PYTHON; an explicit value wins).
+os.environ.setdefault("TORCHRUN_PYTHON", sys.executable)
 
 T = TypeVar("T")
 
