@@ -132,6 +132,7 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
     "duplicate-dir": (tar_gz([directory("d"), directory("d/")]), "InvalidArchive", "duplicate entry"),
     "file-over-dir": (tar_gz([file("d/x"), file("d")]), "InvalidArchive", "duplicate entry"),
     "reserved-marker": (tar_gz([file(".sync_success", b"{}")]), "InvalidArchive", "reserved name"),
+    "reserved-marker-dir": (tar_gz([file(".sync_success/a")]), "InvalidArchive", "reserved name"),
     "over-size": (tar_gz([file("big", b"x" * (SMALL_MAX_BYTES + 1))]), "ArchiveTooLarge", "bytes"),
     "over-file-count": (tar_gz(_many(SMALL_MAX_FILES + 1)), "ArchiveTooLarge", "entries"),
     "empty-archive": (tar_gz([]), "InvalidArchive", "empty archive"),

@@ -88,10 +88,27 @@ def publish(
     marker = Marker(generation, sha256, stats.files, stats.bytes, source)
     try:
         write_atomic(final / layout.MARKER, marker.to_json().encode() + b"\n")
+    except OSError as e:
+        error = SyncError(WORKSPACE_ERROR, f"cannot mark generation {generation}: {e}")
+        _withdraw(workspace, generation, error)
+        raise error from e
+    try:
         _advance_current(workspace, generation)
     except OSError as e:
-        raise SyncError(WORKSPACE_ERROR, f"cannot mark generation {generation}: {e}") from e
+        raise SyncError(WORKSPACE_ERROR, f"cannot update {layout.CURRENT}: {e}") from e
     return marker
+
+
+def _withdraw(workspace: Path, generation: int, error: SyncError) -> None:
+    """Take back an unmarked generation (renamed aside first: never half-deleted under its name)."""
+    final = layout.generation_dir(workspace, generation)
+    aside = final.with_name(f"{layout.TMP_PREFIX}{generation}-withdrawn")
+    try:
+        os.rename(final, aside)
+    except OSError:
+        return  # it stays unmarked, which every reader already ignores
+    shutil.rmtree(aside, ignore_errors=True)
+    record_failure(workspace, generation, error)
 
 
 def _refuse_existing(workspace: Path, generation: int) -> None:

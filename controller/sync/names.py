@@ -29,7 +29,8 @@ def normalize(name: str) -> tuple[str, ...]:
 
 
 def check_reserved(parts: tuple[str, ...], name: str) -> None:
-    if len(parts) == 1 and parts[0] in RESERVED_TOP_LEVEL:
+    """Refuse a reserved top-level name, as the entry itself or as its top directory."""
+    if parts and parts[0] in RESERVED_TOP_LEVEL:
         raise SyncError(INVALID_ARCHIVE, f"reserved name {name!r}")
 
 

@@ -77,6 +77,17 @@ def test_failed_fill_leaves_only_the_failure_record(tmp_path: Path) -> None:
     assert failure is not None and (failure.reason, failure.message) == ("InvalidArchive", "bad")
 
 
+def test_generation_that_cannot_be_marked_is_withdrawn(tmp_path: Path) -> None:
+    def fill(tmp: Path) -> Stats:
+        (tmp / ".sync_success").mkdir()  # a fill that skipped the checks: the marker cannot be written
+        return Stats(files=1, bytes=0)
+
+    with pytest.raises(SyncError, match="WorkspaceError: cannot mark generation 0"):
+        publish(tmp_path, 0, fill, source="pvc")
+    assert entries(tmp_path) == ["0.failed"]
+    assert not (tmp_path / "CURRENT").exists()
+
+
 def test_full_volume_is_a_workspace_error(tmp_path: Path) -> None:
     full = OSError(errno.ENOSPC, "No space left on device", "x")
     with pytest.raises(SyncError) as refused:
