@@ -2,7 +2,8 @@
 
 Why the `git` binary and not a library: it speaks every transport (https, ssh, git://, file) and
 every kind of auth our users' servers have, shallow fetches included, and it is what they debug
-with; the controller image installs it (see the Dockerfile) so the sync pods have it.
+with; the controller image installs it (see the Dockerfile) so the sync pods have it. It must be
+git 2.31 or newer (configuration through `GIT_CONFIG_COUNT`; Debian bookworm has 2.39).
 
 What this module guarantees:
 - Shallow: `git init`, `git fetch --depth 1 origin <ref>` (a branch, a tag, `HEAD` when no ref
@@ -49,7 +50,8 @@ DEFAULT_TIMEOUT = 900.0  # the whole fetch and checkout
 # a full or abbreviated commit id: worth a full fetch when the shallow one is refused
 _COMMIT_ID = re.compile(r"[0-9a-fA-F]{7,64}")
 _MESSAGE_LIMIT = 600
-_SSH_GENERIC = "Could not read from remote repository"
+_GENERIC = "Could not read from remote repository"
+_PREFIXES = ("fatal:", "error:")
 
 
 def fetch(request: FetchRequest) -> Marker:
@@ -181,17 +183,26 @@ class _Git:
 
 def last_error(stderr: str) -> str:
     """Git's last `fatal:`/`error:` line (and the lines that continue it) as one line, without
-    the prefix; the last non-empty line when there is none. Over ssh git's last word is a generic
-    "Could not read from remote repository": ssh's own line before it says why, so it leads."""
+    the prefix; the last non-empty line when there is none. When that is the generic "Could not
+    read from remote repository" (ssh, file://), what came before says why, so it leads: an
+    earlier fatal/error line, or else ssh's own line just before."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line.startswith(("fatal:", "error:"))]
+    starts = [i for i, line in enumerate(lines) if line.startswith(_PREFIXES)]
     if not starts:
         return lines[-1] if lines else ""
-    first = starts[-1]
-    text = " ".join(lines[first:]).partition(":")[2].strip()
-    if text.startswith(_SSH_GENERIC) and first > 0 and not lines[first - 1].startswith(("fatal:", "error:")):
-        return f"{lines[first - 1]} ({_SSH_GENERIC})"
+    last = starts[-1]
+    text = _unprefixed(" ".join(lines[last:]))
+    if not text.startswith(_GENERIC):
+        return text
+    if len(starts) > 1:
+        return f"{_unprefixed(lines[starts[-2]])} ({_GENERIC})"
+    if last > 0:
+        return f"{lines[last - 1]} ({_GENERIC})"
     return text
+
+
+def _unprefixed(line: str) -> str:
+    return line.partition(":")[2].strip()
 
 
 @contextmanager
