@@ -28,10 +28,11 @@ from controller.sync.errors import INVALID_ARCHIVE, SyncError
 from controller.sync.gunzip import GunzipReader, Readable
 from controller.sync.limits import Limits, Stats, Tally
 from controller.sync.names import check_reserved, normalize, symlink_target
+from controller.sync.prefetch import Prefetcher
 from controller.sync.tarheader import MissingEndError, StrictTarInfo
 from controller.sync.tree import check_symlink_inside
 
-COPY_CHUNK = 1024 * 1024
+COPY_CHUNK = 256 * 1024
 TAR_BUFSIZE = 16 * 1024
 # bytes allowed after the end-of-archive marker (tar pads to its record size, 10 KiB by default)
 MAX_TRAILING = 1024 * 1024
@@ -47,8 +48,20 @@ def extract_archive(stream: Readable, dest: Path, limits: Limits, *, compression
     """
     if compression not in ("gz", "none"):
         raise ValueError(f"unknown compression {compression!r}")
-    data: Readable = GunzipReader(stream) if compression == "gz" else stream
+    data = Prefetcher(GunzipReader(stream) if compression == "gz" else stream)
     writer = _TreeWriter(dest, limits)
+    try:
+        _extract_members(data, writer)
+        if writer.tally.files == 0:
+            raise SyncError(INVALID_ARCHIVE, "empty archive")
+        writer.check_symlinks()
+        _drain_trailing(data)
+    finally:
+        data.close()
+    return writer.tally.stats()
+
+
+def _extract_members(data: Readable, writer: _TreeWriter) -> None:
     try:
         with tarfile.open(
             fileobj=cast(IO[bytes], data), mode="r|", tarinfo=StrictTarInfo, bufsize=TAR_BUFSIZE
@@ -60,11 +73,6 @@ def extract_archive(stream: Readable, dest: Path, limits: Limits, *, compression
         raise SyncError(INVALID_ARCHIVE, "empty archive") if writer.tally.files == 0 else e from None
     except (tarfile.TarError, EOFError, UnicodeError, ValueError) as e:
         raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
-    if writer.tally.files == 0:
-        raise SyncError(INVALID_ARCHIVE, "empty archive")
-    writer.check_symlinks()
-    _drain_trailing(data)
-    return writer.tally.stats()
 
 
 def _drain_trailing(data: Readable) -> None:
@@ -170,17 +178,23 @@ def _check_type(member: tarfile.TarInfo) -> None:
 
 
 def _write_file(path: str, member: tarfile.TarInfo, archive: tarfile.TarFile) -> None:
-    """Stream the member's data into a new file at `path` (never through an existing name)."""
-    source = archive.extractfile(member)
-    if source is None:
-        raise SyncError(INVALID_ARCHIVE, f"no data for {member.name!r}")
+    """Stream the member's data into a new file at `path` (never through an existing name).
+
+    The data is read straight from the archive's stream, where `next()` left it (what tarfile's
+    own extraction does), without a file object per member.
+    """
+    read = archive.fileobj.read
     fd = os.open(path, _OPEN_FLAGS, 0o600)
-    with os.fdopen(fd, "wb") as out:
+    try:
         remaining = member.size
         while remaining > 0:
-            chunk = source.read(min(COPY_CHUNK, remaining))
+            chunk = read(min(COPY_CHUNK, remaining))
             if not chunk:
                 raise SyncError(INVALID_ARCHIVE, f"truncated data in {member.name!r}")
-            out.write(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
             remaining -= len(chunk)
-        os.fchmod(out.fileno(), 0o644 | (member.mode & 0o111))
+        os.fchmod(fd, 0o644 | (member.mode & 0o111))
+    finally:
+        os.close(fd)
