@@ -28,10 +28,14 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,9 @@ import pytest
 from testbed import REPO, wait_until
 
 from controller.sync import layout
+from controller.sync.errors import SyncError
+from controller.sync.limits import Limits
+from controller.sync.sources import git as git_source
 
 # -- running the sync program ----------------------------------------------------------------------
 
@@ -499,6 +506,84 @@ def test_git_credentials_in_the_url_never_reach_the_message(tmp_path: Path, git_
     run = sync_fetch(tmp_path, 0, "--source", "git", "--url", url)
     message = assert_failed(run, 0, "GitFetchFailed", f"http://127.0.0.1:{port}/project.git")
     assert "leaked-token" not in message + run.stdout + run.stderr
+
+
+class _StallingGitServer(BaseHTTPRequestHandler):
+    """Asks for credentials, then holds the authenticated request until `release` is set and
+    closes it unanswered: a git fetch caught mid-flight."""
+
+    authenticated = threading.Event()
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if not self.headers.get("Authorization"):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.authenticated.set()
+        self.release.wait(60)
+        self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def process_texts() -> Iterator[tuple[int, str, bytes]]:
+    """(pid, "cmdline" or "environ", content) of every process this test may read."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            for what in ("cmdline", "environ"):
+                try:
+                    yield int(proc.name), what, (proc / what).read_bytes()
+                except OSError:  # gone, or not ours to read
+                    continue
+
+
+def test_git_password_is_in_no_process_list_or_environment(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StallingGitServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    password = "pw-that-must-not-show-" + os.urandom(4).hex()
+    auth = secret(tmp_path, username=USER, password=password)
+    url = f"http://127.0.0.1:{server.server_address[1]}/project.git"
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(
+                sync_fetch, tmp_path, 0, "--source", "git", "--url", url, TORCHRUN_SOURCE_SECRET_DIR=str(auth)
+            )
+            assert _StallingGitServer.authenticated.wait(60), "git never sent its credentials"
+            # git is now waiting on the server, with the credentials it was given
+            leaks = [(pid, what) for pid, what, text in process_texts() if password.encode() in text]
+            _StallingGitServer.release.set()
+            result = run.result(timeout=120)
+    finally:
+        _StallingGitServer.release.set()
+        server.shutdown()
+        server.server_close()
+    assert leaks == [], f"the password shows in {leaks}"
+    assert_failed(result, 0, "GitFetchFailed", url)
+
+
+def test_git_that_hangs_is_stopped_at_the_deadline(tmp_path: Path) -> None:
+    """A server that accepts the connection and never answers: git and its helpers are killed
+    when the deadline passes (the CLI's deadline is 15 minutes, so this calls the source itself)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes the handshake; nothing ever reads or answers
+        url = f"git://127.0.0.1:{listener.getsockname()[1]}/project.git"
+        dest = tmp_path / "dest"
+        dest.mkdir()
+        started = time.monotonic()
+        with pytest.raises(SyncError) as refused:
+            git_source.checkout(dest, url, None, Limits(), secret_dir=tmp_path, env=os.environ, timeout=3)
+        took = time.monotonic() - started
+    assert (refused.value.reason, refused.value.message) == (
+        "GitFetchFailed",
+        f"{url}: git did not finish in time",
+    )
+    assert took < 30, took
 
 
 def test_git_over_ssh_uses_the_secret_key_and_reports_ssh_errors(tmp_path: Path) -> None:
