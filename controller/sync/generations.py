@@ -8,7 +8,10 @@
 - a fill that raises `SyncError` (or fails on the volume: `WorkspaceError`) leaves no `<G>/` and no
   temp dir, and records `generations/<G>.failed` with the reason and message;
 - an existing generation (published or failed) is never overwritten: `WorkspaceError`, nothing
-  recorded, nothing touched.
+  recorded, nothing touched. This is checked before filling and again just before the rename, so
+  a `fetch` that gave up (`UploadTimeout` recorded) while an upload was still arriving wins (a
+  window of one check-then-rename remains);
+- a generation whose marker cannot be written is renamed aside, removed and recorded as failed.
 """
 
 from __future__ import annotations
@@ -70,24 +73,13 @@ def publish(
     workspace: Path, generation: int, fill: Fill, *, source: str, sha256: str | None = None
 ) -> Marker:
     """Fill generation `generation` with `fill(tmpdir)` and publish it; see the module docstring."""
-    gens = layout.generations_dir(workspace)
     _refuse_existing(workspace, generation)
-    try:
-        gens.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{layout.TMP_PREFIX}{generation}-", dir=gens))
-        os.chmod(tmp, 0o755)
-    except OSError as e:
-        raise SyncError(WORKSPACE_ERROR, f"cannot create a generation in {gens}: {e}") from e
+    tmp = _make_tmp(workspace, generation)
     stats = _fill_or_record(workspace, generation, fill, tmp)
-    final = layout.generation_dir(workspace, generation)
-    try:
-        os.rename(tmp, final)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SyncError(WORKSPACE_ERROR, f"cannot publish generation {generation}: {e}") from e
+    _move_into_place(workspace, generation, tmp)
     marker = Marker(generation, sha256, stats.files, stats.bytes, source)
     try:
-        write_atomic(final / layout.MARKER, marker.to_json().encode() + b"\n")
+        write_atomic(layout.marker_path(workspace, generation), marker.to_json().encode() + b"\n")
     except OSError as e:
         error = SyncError(WORKSPACE_ERROR, f"cannot mark generation {generation}: {e}")
         _withdraw(workspace, generation, error)
@@ -97,6 +89,31 @@ def publish(
     except OSError as e:
         raise SyncError(WORKSPACE_ERROR, f"cannot update {layout.CURRENT}: {e}") from e
     return marker
+
+
+def _make_tmp(workspace: Path, generation: int) -> Path:
+    gens = layout.generations_dir(workspace)
+    try:
+        gens.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{layout.TMP_PREFIX}{generation}-", dir=gens))
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the tree from workers of another uid
+    except OSError as e:
+        raise SyncError(WORKSPACE_ERROR, f"cannot create a generation in {gens}: {e}") from e
+    return tmp
+
+
+def _move_into_place(workspace: Path, generation: int, tmp: Path) -> None:
+    """Rename the filled temp dir to `<G>/`, unless `<G>` appeared or failed meanwhile."""
+    try:
+        # `fetch` may have given up meanwhile (UploadTimeout recorded): never publish over that
+        _refuse_existing(workspace, generation)
+        os.rename(tmp, layout.generation_dir(workspace, generation))
+    except SyncError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SyncError(WORKSPACE_ERROR, f"cannot publish generation {generation}: {e}") from e
 
 
 def _withdraw(workspace: Path, generation: int, error: SyncError) -> None:

@@ -21,7 +21,7 @@ from controller.sync.names import RESERVED_TOP_LEVEL
 def check_tree(root: Path, limits: Limits | None = None) -> Stats:
     """Check `root` as described in the module docstring; return its entries and bytes."""
     real_root = os.path.realpath(root)
-    tally = Tally(limits or Limits(max_files=2**63))
+    tally = Tally(limits or Limits())
     for name in os.listdir(root):
         if name in RESERVED_TOP_LEVEL:
             raise SyncError(INVALID_ARCHIVE, f"reserved name {name!r}")

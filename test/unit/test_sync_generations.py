@@ -11,7 +11,7 @@ import pytest
 
 from controller.sync import layout
 from controller.sync.errors import SyncError
-from controller.sync.generations import Marker, publish, read_failure, read_marker
+from controller.sync.generations import Marker, publish, read_failure, read_marker, record_failure
 from controller.sync.limits import Stats
 
 
@@ -119,6 +119,20 @@ def test_existing_generation_is_never_overwritten(tmp_path: Path, first: str) ->
 
     after = {p: p.read_bytes() for p in (tmp_path / "generations").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_failure_recorded_while_filling_wins(tmp_path: Path) -> None:
+    def fill(tmp: Path) -> Stats:
+        (tmp / "a").write_bytes(b"x")
+        # meanwhile `fetch` gives up waiting and records the timeout
+        record_failure(tmp_path, 4, SyncError("UploadTimeout", "no upload"))
+        return Stats(files=1, bytes=1)
+
+    with pytest.raises(SyncError, match="WorkspaceError: generation 4 already failed"):
+        publish(tmp_path, 4, fill, source="upload")
+    assert entries(tmp_path) == ["4.failed"]
+    failure = read_failure(tmp_path, 4)
+    assert failure is not None and failure.reason == "UploadTimeout"
 
 
 def test_unreadable_records_read_as_absent_or_failed(tmp_path: Path) -> None:
