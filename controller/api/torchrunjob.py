@@ -15,7 +15,11 @@ limits and the overrides its queue allows. Decisions worth knowing:
     `allowOverrides` (checked by the controller, see `validation`).
   * `jobQueue` is immutable: moving a running job to a queue with another node shape is a new job.
   * `numNodes`/`numGPUs` are immutable: every node's launch carries the size, so a new size is a
-    new job (never a Job whose parallelism and torchrun's `--nnodes` disagree).
+    new job (never a Job whose parallelism and torchrun's `--nnodes` disagree). An elastic job's
+    size moves inside `--nnodes=MIN:MAX` without touching the spec: the autoscaler records the
+    size it chose in `status.desiredNodes` (the controller's decision, like an HPA's
+    `status.desiredReplicas`; the spec stays the user's) and the reconciler moves the worker
+    Job's parallelism to it.
   * `spec.workspace` (the property) is the one reading of the code's source: the `workspace`
     field, or the seed's deprecated `volumes.workspace` converted. The field has no server-side
     default, so CEL can refuse both spellings at once; its absence means upload at /app.
@@ -330,6 +334,14 @@ class TorchrunJobStatus:
     gpus: int = field(
         default=0,
         metadata=api("GPUs the job runs on now (nodes × GPUs per node).", schema={"format": "int32"}),
+    )
+    desired_nodes: int | None = field(
+        default=None,
+        metadata=api(
+            "Elastic jobs: the size the controller's autoscaler chose within elastic.minNodes..maxNodes "
+            "(numNodes until it chooses one); the worker Job's parallelism follows it.",
+            schema={"minimum": 1, "format": "int32"},
+        ),
     )
     workers: WorkerCounts = field(default_factory=WorkerCounts, metadata=api("Worker pods by state."))
     restarts: int = field(default=0, metadata=api("Whole-job restarts so far.", schema={"format": "int32"}))
