@@ -12,8 +12,10 @@ until it answers a real request) and stopped afterwards:
 - moto's S3 server (`python -m moto.server`, the `moto[server]` test extra), with its IAM
   authentication switched on once the fixtures are in place, so unknown keys, wrong secrets and a
   user without a policy are really refused.
-Not covered by a server here: ssh with a key (no sshd on this machine); the ssh test only proves
-that the key is used, that nothing prompts, and that ssh's own error is reported.
+Not covered by a server here: logging in over ssh with a key (no sshd on this machine). The ssh
+tests check the wiring instead: the command git is given, the private copy of the key that ssh's
+own loader accepts (and the Secret's group-readable file it refuses), no prompt, and ssh's own
+error in the message.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import socket
 import stat
 import subprocess
@@ -377,11 +380,12 @@ def git_http(repos: Repos, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         server.stop()
 
 
-def secret(tmp_path: Path, **files: str) -> Path:
+def secret(tmp_path: Path, files: dict[str, str]) -> Path:
+    """The git source's Secret as the sync pod sees it: one file per key."""
     directory = tmp_path / "secret"
     directory.mkdir()
     for name, content in files.items():
-        (directory / name.replace("_", "-")).write_text(content)
+        (directory / name).write_text(content)
     return directory
 
 
@@ -477,7 +481,7 @@ def test_git_symlink_out_of_the_tree_is_refused(tmp_path: Path, git_daemon: str)
 
 def test_git_over_http_with_basic_auth_from_the_secret(tmp_path: Path, git_http: str, repos: Repos) -> None:
     # the password file ends in a newline, as `kubectl create secret --from-file` often leaves it
-    auth = secret(tmp_path, username=USER, password=PASSWORD + "\n")
+    auth = secret(tmp_path, {"username": USER, "password": PASSWORD + "\n"})
     url = f"{git_http}/project.git"
     run = sync_fetch(
         tmp_path, 0, "--source", "git", "--url", url, "--ref", "feature", TORCHRUN_SOURCE_SECRET_DIR=str(auth)
@@ -487,7 +491,7 @@ def test_git_over_http_with_basic_auth_from_the_secret(tmp_path: Path, git_http:
 
 
 def test_git_over_http_refuses_a_wrong_password_without_showing_it(tmp_path: Path, git_http: str) -> None:
-    auth = secret(tmp_path, username=USER, password="not-the-password")
+    auth = secret(tmp_path, {"username": USER, "password": "not-the-password"})
     url = f"{git_http}/project.git"
     run = sync_fetch(tmp_path, 0, "--source", "git", "--url", url, TORCHRUN_SOURCE_SECRET_DIR=str(auth))
     message = assert_failed(run, 0, "GitFetchFailed", url, "Authentication failed")
@@ -546,7 +550,7 @@ def test_git_password_is_in_no_process_list_or_environment(tmp_path: Path) -> No
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     password = "pw-that-must-not-show-" + os.urandom(4).hex()
-    auth = secret(tmp_path, username=USER, password=password)
+    auth = secret(tmp_path, {"username": USER, "password": password})
     url = f"http://127.0.0.1:{server.server_address[1]}/project.git"
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -586,18 +590,63 @@ def test_git_that_hangs_is_stopped_at_the_deadline(tmp_path: Path) -> None:
     assert took < 30, took
 
 
-def test_git_over_ssh_uses_the_secret_key_and_reports_ssh_errors(tmp_path: Path) -> None:
+def ssh_key(tmp_path: Path) -> tuple[str, str]:
+    """A new ed25519 key pair: (private, public) in OpenSSH format."""
     keys = tmp_path / "keys"
     keys.mkdir()
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "id")], check=True, timeout=30
     )
-    auth = secret(tmp_path, ssh_privatekey=(keys / "id").read_text())
-    (auth / "ssh-privatekey").chmod(0o644)  # a Secret volume's default mode: ssh would refuse it as is
+    return (keys / "id").read_text(), (keys / "id.pub").read_text()
+
+
+def test_git_over_ssh_reports_ssh_errors_without_prompting(tmp_path: Path) -> None:
+    private, _ = ssh_key(tmp_path)
+    auth = secret(tmp_path, {"ssh-privatekey": private})
     url = f"ssh://git@127.0.0.1:{free_port()}/project.git"  # no sshd here: nothing listens
     run = sync_fetch(tmp_path, 0, "--source", "git", "--url", url, TORCHRUN_SOURCE_SECRET_DIR=str(auth))
     assert_failed(run, 0, "GitFetchFailed", "ssh://127.0.0.1:", "Connection refused")
-    assert "UNPROTECTED PRIVATE KEY" not in run.stderr
+
+
+@pytest.mark.parametrize("known_hosts", [False, True])
+def test_git_ssh_key_is_used_from_a_private_copy_removed_afterwards(
+    tmp_path: Path, known_hosts: bool
+) -> None:
+    """No sshd here to log in to, so this checks the wiring: the ssh command git gets, and that
+    ssh's own key loader accepts the copy where it refuses the Secret's group-readable file."""
+    private, public = ssh_key(tmp_path)
+    pinned = "[git.example.com]:22 " + public
+    auth = secret(tmp_path, {"ssh-privatekey": private} | ({"known_hosts": pinned} if known_hosts else {}))
+    original = auth / "ssh-privatekey"
+    original.chmod(0o440)  # the sync pod's Secret volume mode
+    refused = subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(original)], capture_output=True, text=True, check=False
+    )
+    assert refused.returncode != 0 and "UNPROTECTED PRIVATE KEY FILE" in refused.stderr
+    with git_source.git_environment(auth, {"PATH": os.environ["PATH"]}) as env:
+        ssh = shlex.split(env["GIT_SSH_COMMAND"])
+        options = dict(ssh[i + 1].split("=", 1) for i, word in enumerate(ssh) if word == "-o")
+        copy = Path(ssh[ssh.index("-i") + 1])
+        assert copy.read_text() == private and mode(copy) == 0o600
+        derived = subprocess.run(
+            ["ssh-keygen", "-y", "-f", str(copy)], capture_output=True, text=True, check=True
+        )
+        assert derived.stdout.split()[:2] == public.split()[:2]
+        assert (options["BatchMode"], options["IdentitiesOnly"]) == ("yes", "yes")
+        if known_hosts:
+            assert options["StrictHostKeyChecking"] == "yes"
+            assert options["UserKnownHostsFile"] == str(auth / "known_hosts")
+        else:
+            assert options["StrictHostKeyChecking"] == "accept-new"
+            assert Path(options["UserKnownHostsFile"]).parent == copy.parent
+        assert env["GIT_TERMINAL_PROMPT"] == "0"
+        helpers = [
+            env[f"GIT_CONFIG_VALUE_{i}"]
+            for i in range(int(env["GIT_CONFIG_COUNT"]))
+            if env[f"GIT_CONFIG_KEY_{i}"] == "credential.helper"
+        ]
+        assert helpers == [""], "no username/password in the Secret: inherited helpers dropped, none added"
+    assert not copy.exists() and not copy.parent.exists()
 
 
 # -- s3: moto's server ---------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def checkout(
     shown = redact(url)
     _check_arguments(url, ref, shown)
     deadline = time.monotonic() + timeout
-    with _auth_env(secret_dir, env) as git_env:
+    with git_environment(secret_dir, env) as git_env:
         git = _Git(dest, git_env, deadline, shown, secret=_password_in(url))
         git.run("init", "--quiet", "--template=")
         git.run("remote", "add", "origin", url)
@@ -206,7 +206,7 @@ def _unprefixed(line: str) -> str:
 
 
 @contextmanager
-def _auth_env(secret_dir: Path, base: Mapping[str, str]) -> Iterator[dict[str, str]]:
+def git_environment(secret_dir: Path, base: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """The environment git runs in: isolated from the machine's config, never prompting, with
     the Secret's credentials wired in (a private key copy exists only inside this block)."""
     env = {k: v for k, v in base.items() if not k.startswith("GIT_") and k != "SSH_ASKPASS"}
@@ -215,7 +215,7 @@ def _auth_env(secret_dir: Path, base: Mapping[str, str]) -> Iterator[dict[str, s
     username, password = secret_dir / "username", secret_dir / "password"
     if username.is_file() and password.is_file():
         config.append(("credential.helper", _credential_helper(username, password)))
-    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]
+    ssh = ["ssh", "-F", os.devnull, "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"]  # no ssh_config either
     key = secret_dir / "ssh-privatekey"
     with ExitStack() as stack:
         if key.is_file():
