@@ -150,6 +150,11 @@ def tree(root: Path) -> dict[str, str]:
     return out
 
 
+def data_bytes(entries: dict[str, str]) -> int:
+    """Bytes of file data in a `tree()`: what the marker counts."""
+    return sum(len(v.encode()) for v in entries.values() if v != "/" and not v.startswith("-> "))
+
+
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
@@ -403,10 +408,7 @@ def test_git_default_branch_is_published_without_its_git_directory(
     assert mode(gen / "run.sh") & 0o111 and not mode(gen / "train.py") & 0o111
     assert f"at commit {c2}" in run.stdout
     marker = json.loads((gen / layout.MARKER).read_text())
-    assert (marker["files"], marker["bytes"]) == (
-        5,
-        sum(len(v) for v in repos.trees[c2].values() if v != "/" and not v.startswith("-> ")),
-    )
+    assert (marker["files"], marker["bytes"]) == (len(repos.trees[c2]), data_bytes(repos.trees[c2]))
 
 
 @pytest.mark.parametrize(
@@ -760,8 +762,11 @@ def test_s3_archive_object_is_extracted(tmp_path: Path, s3: S3, key: str) -> Non
 def test_s3_prefix_is_copied_object_by_object(tmp_path: Path, s3: S3) -> None:
     run = sync_fetch(tmp_path, 0, "--source", "s3", "--uri", f"s3://{BUCKET}/tree/", **s3.env())
     gen = assert_synced(run, 0, "s3")
-    assert tree(gen) == {"train.py": "print('s3')\n", "pkg": "/", "pkg/model.py": "W = 2\n", "empty": "/"}
-    assert json.loads((gen / layout.MARKER).read_text())["bytes"] == len("print('s3')\n") + len("W = 2\n")
+    expected = {"train.py": "print('s3')\n", "pkg": "/", "pkg/model.py": "W = 2\n", "empty": "/"}
+    assert tree(gen) == expected
+    marker = json.loads((gen / layout.MARKER).read_text())
+    assert (marker["files"], marker["bytes"]) == (len(expected), data_bytes(expected))
+    assert (mode(gen / "train.py"), mode(gen / "empty")) == (0o644, 0o755)
 
 
 @pytest.mark.parametrize(
@@ -855,7 +860,7 @@ def test_pvc_copies_the_sub_path(tmp_path: Path, claim: Path) -> None:
     # the upload's mode rule: readable by any worker uid, execute bits kept
     assert (mode(gen / "train.py"), mode(gen / "data/vocab.txt"), mode(gen / "data")) == (0o754, 0o644, 0o755)
     marker = json.loads((gen / layout.MARKER).read_text())
-    assert (marker["files"], marker["bytes"]) == (4, len("print('pvc')\n") + len("a b c\n"))
+    assert (marker["files"], marker["bytes"]) == (len(expected), data_bytes(expected))
     # the claim is only read
     assert (claim / "projects/nlp/train.py").read_text() == "print('pvc')\n"
 
