@@ -177,17 +177,33 @@ def test_a_refused_upload_gives_its_reason_and_no_workers(
 def test_a_claim_that_never_binds_is_claim_not_bound_with_its_events(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App], upload_queue: Any
 ) -> None:
-    start_controller("--claim-bind-timeout", "3")
-    q = upload_queue("ws-nobind", storage={"workspace": {"storageClassName": "no-such-class"}})
-    submit_upload_job(cluster, namespace, q)
-    stuck = wait_until(
-        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "ClaimNotBound"),
-        60,
-        message="ClaimNotBound",
+    """A StorageClass nobody provisions for (it exists, so the queue is Ready): the claim stays
+    Pending, and past --claim-bind-timeout the condition quotes the binder's own Event."""
+    klass = f"nobody-{namespace}"
+    cluster.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": klass},
+            "provisioner": "example.com/nobody",
+            "volumeBindingMode": "Immediate",
+        }
     )
+    try:
+        start_controller("--claim-bind-timeout", "3")
+        q = upload_queue("ws-nobind", storage={"workspace": {"storageClassName": klass}})
+        submit_upload_job(cluster, namespace, q)
+        stuck = wait_until(
+            lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "ClaimNotBound"),
+            60,
+            message="ClaimNotBound",
+        )
+    finally:
+        cluster.kubectl("delete", "storageclass", klass, "--ignore-not-found")
     message = condition(stuck, "WorkspaceReady")["message"]
-    assert "train-workspace" in message and "no-such-class" in message
-    assert "not found" in message, message  # the binder's own event, quoted
+    assert "train-workspace" in message and klass in message
+    assert "example.com/nobody" in message, message  # kcm's ExternalProvisioning event, quoted
+    assert stuck["status"]["phase"] == "Pending"
     assert not cluster.get("jobs", "-n", namespace)["items"]
 
 
