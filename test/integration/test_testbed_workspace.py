@@ -342,11 +342,26 @@ def test_worker_pods_have_logs(cluster: Cluster, namespace: str) -> None:
         == "epoch 1 loss 0.9\nepoch 2 loss 0.5\n"
     )
     assert logs("chatty", "--tail=1") == "epoch 2 loss 0.5\n"
+    try:  # following works, and (as on any kwok pod) never ends by itself
+        kubectl_bytes(cluster, "logs", "-f", "-n", namespace, "chatty", timeout=3)
+        raise AssertionError("kubectl logs -f ended by itself")
+    except subprocess.TimeoutExpired as followed:
+        assert followed.stdout == b"epoch 1 loss 0.9\nepoch 2 loss 0.5\n"
     pods = cluster.get("pods", "-n", namespace, "-l", "job-name=train")["items"]
     for p in pods:
         index = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
         line = wait_until(lambda name=p["metadata"]["name"]: logs(name), 60, message="worker logs")
         assert f"{namespace}/{p['metadata']['name']}" in line and f"completion index {index}" in line
+
+
+def test_deleting_a_sync_pod_stops_its_process(cluster: Cluster, namespace: str) -> None:
+    token = f"testbed-{uuid.uuid4().hex}"
+    sleeper = ["python", "-c", "import time; time.sleep(600)", token]
+    cluster.apply([claim("del-workspace"), sync_pod("del-sync-0", "del-workspace", sleeper)], namespace)
+    wait_phase(cluster, namespace, "del-sync-0", "Running")
+    wait_until(lambda: processes_with(token), 30, message="the sync process")
+    cluster.kubectl("delete", "pod", "del-sync-0", "-n", namespace, "--wait=true")
+    wait_until(lambda: not processes_with(token), 30, message="the sync process stopped")
 
 
 # -- lifecycle (last: it restarts the session's control plane) --------------------------------------
