@@ -60,6 +60,7 @@ from controller.torchrunjob import workspace as ws
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.builders import RESTART_ANNOTATION, build_service, build_worker_job
 from controller.torchrunjob.children import Children, NameConflict
+from controller.torchrunjob.elastic import ElasticSize
 from controller.torchrunjob.etcd import READY, EtcdState
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.podgroups import PodGroups
@@ -119,6 +120,7 @@ class TorchrunJobReconciler:
         self.jobs = jobs
         self.queues = queues
         self.pods = pods
+        self.elastic = ElasticSize(client, pods)
         self.children = Children(client, {JOBS: worker_jobs, SERVICES: services, PODS: pods, PVCS: claims})
         self.etcd = ManagedEtcd(self.children)
         self.recorder = recorder
@@ -317,6 +319,8 @@ class TorchrunJobReconciler:
             return
         suspend = job.spec.suspend or creates_suspended(admission.queue)
         manifest = self.worker_job_manifest(job, admission, restart=restart, suspend=suspend, status=s.status)
+        # an elastic job runs the size the autoscaler chose (status.desiredNodes): elastic.py
+        topo = self.elastic.ensure(job, admission.topology, manifest, existing, s)
         got = self.children.ensure(JOBS, job, manifest)
         if got.conflict is not None:
             self.name_conflict(s, got.conflict)
@@ -324,7 +328,7 @@ class TorchrunJobReconciler:
         assert got.obj is not None
         if got.obj is existing:
             self.patch_suspend(job, admission.queue, got.obj)
-        self.observe(job, admission.topology, got.obj, s, updater)
+        self.observe(job, topo, got.obj, s, updater)
 
     def worker_job_manifest(
         self,
