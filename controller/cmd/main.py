@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 
 from controller import log as logconf
 from controller.api.resources import TORCHRUNJOBS
+from controller.autoscaler import new_autoscaler
 from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cmd.options import ControllerOptions, parse
 from controller.gc import GarbageCollector
@@ -49,8 +50,8 @@ class App:
     def __init__(self, opts: ControllerOptions, metrics: ControllerMetrics) -> None:
         self.opts = opts
         self.metrics = metrics
-        # reconcile writes, events, GC and one watch per informer (6, and up to 6 optional ones)
-        pool = opts.threadiness * 2 + 14
+        # reconcile writes, events, GC, autoscaler and one watch per informer (8, and up to 6 optional ones)
+        pool = opts.threadiness * 2 + 16
         self.client = RESTClient(
             load_config(opts.kubeconfig),
             qps=opts.kube_api_qps,
@@ -101,6 +102,15 @@ class App:
             interval=opts.gc_interval,
             metrics=metrics,
         )
+        # leader-only like the GC: elastic jobs grow into free GPUs and shrink under load
+        self.autoscaler = new_autoscaler(
+            f,
+            self.client,
+            self.recorder,
+            max_load=opts.max_load_desired,
+            period=opts.autoscaler_period,
+            metrics=metrics,
+        )
         metrics.registry.register(JobsCollector(f.lister_for(TORCHRUNJOBS)))
         self.synced = threading.Event()
 
@@ -118,6 +128,7 @@ class App:
         self.queue_controller.run()
         self.job_controller.run()
         self.gc.start(stop)
+        self.autoscaler.start(stop)
 
     def shutdown(self) -> None:
         """Stop both controllers taking keys at once, let in-flight reconciles finish, then stop

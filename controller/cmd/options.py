@@ -20,6 +20,7 @@ class ControllerOptions:
     resync_period: float
     gc_interval: float
     max_load_desired: float
+    autoscaler_period: float
     namespace: str | None
     metrics_addr: str
     health_addr: str
@@ -85,6 +86,12 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         default=0.97,
         help="cluster GPU load the elastic autoscaler aims for (default 0.97)",
+    )
+    p.add_argument(
+        "--autoscaler-period",
+        type=_positive(float),
+        default=30.0,
+        help="seconds between elastic autoscaler passes (default 30)",
     )
     p.add_argument("--namespace", default=None, help="watch only this namespace (default: all)")
     p.add_argument(

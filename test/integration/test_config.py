@@ -64,6 +64,7 @@ NEEDS = [
     Need("", "pods", CRUD, "the sync pod; GC deletes orphans and force-deletes stuck pods"),
     Need("", "pods/eviction", ("create",), "hot reload restarts the workers without counting a failure"),
     Need("", "nodes", ("get",), "GC: is a stuck pod's node gone, NotReady or out of service"),
+    Need("", "nodes", ("list", "watch"), "autoscaler: the cluster's GPU load and free room, from a cache"),
     Need("", "events", ("list",), "ClaimNotBound quotes the PVC's Events"),
     Need("", "events", ("create", "patch"), "EventRecorder creates, then bumps count"),
     Need("events.k8s.io", "events", ("create", "patch"), "the same Events through events.k8s.io/v1"),
