@@ -364,6 +364,19 @@ def test_deleting_a_sync_pod_stops_its_process(cluster: Cluster, namespace: str)
     wait_until(lambda: not processes_with(token), 30, message="the sync process stopped")
 
 
+def test_a_sync_pod_made_again_under_its_name_runs_again(cluster: Cluster, namespace: str) -> None:
+    """A new pod with an old pod's name (a retried sync) gets its own process, Exec and logs."""
+    for word in ("first", "second"):
+        say = ["python", "-c", f"print('{word}')"]
+        cluster.apply([claim("again-workspace"), sync_pod("again-sync-0", "again-workspace", say)], namespace)
+        got = wait_phase(cluster, namespace, "again-sync-0", "Succeeded", "Failed")
+        assert got["status"]["phase"] == "Succeeded", terminated(got)
+        assert cluster.kubectl("logs", "-n", namespace, "again-sync-0").stdout == f"{word}\n"
+        execs = cluster.get("execs.kwok.x-k8s.io", "again-sync-0", "-n", namespace)
+        assert [o["uid"] for o in execs["metadata"]["ownerReferences"]] == [got["metadata"]["uid"]]
+        cluster.kubectl("delete", "pod", "again-sync-0", "-n", namespace, "--wait=true")
+
+
 # -- lifecycle (last: it restarts the session's control plane) --------------------------------------
 
 

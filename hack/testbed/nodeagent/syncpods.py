@@ -91,10 +91,12 @@ class SyncPodRunner:
         uid = pod["metadata"]["uid"] if pod else None
         with self._lock:
             current = self._containers.get(key)
-            if current is not None and current.uid != uid:
+            stale = current is not None and current.uid != uid
+            if stale:
                 del self._containers[key]
-        if current is not None and current.uid != uid:
+        if stale and current is not None:
             current.process.stop(0)  # its pod is gone: nothing left to be graceful for
+            current = None
         if pod is None:
             remove_dirs_of(self.root, ns, name)
             return
