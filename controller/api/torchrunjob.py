@@ -366,8 +366,8 @@ class TorchrunJobStatus:
     workspace_sha256: str | None = field(
         default=None,
         metadata=api(
-            "SHA-256 of the code of workspaceGeneration (of the uploaded archive, or of what git/s3/pvc "
-            "gave), from the sync program's marker; the plugin compares it to skip unchanged uploads.",
+            "SHA-256 of the uploaded archive of workspaceGeneration, from the sync program's marker "
+            "(absent for git, s3 and pvc sources); the plugin compares it to skip unchanged uploads.",
             json_name="workspaceSha256",
             schema={"maxLength": 64},
         ),

@@ -239,7 +239,7 @@ class WorkspaceSync:
     def roll(self, job: TorchrunJob, worker_job: Obj, status: TorchrunJobStatus) -> int:
         """Evict the live worker pods made before the generation in use was synced; how many."""
         made_for = _generation_of(worker_job)
-        if status.workspace_sha256 is None or status.workspace_sync_time is None:
+        if status.workspace_sync_time is None:
             return 0
         if status.workspace_generation <= made_for:
             return 0
@@ -270,7 +270,8 @@ def _generation_of(obj: Obj) -> int:
 
 
 def _in_use(status: TorchrunJobStatus) -> WorkspaceState | None:
-    if status.workspace_sha256 is None:
+    """The generation the workers run, once one was synced (git, s3 and pvc report no SHA-256)."""
+    if status.workspace_sync_time is None:
         return None
     g = status.workspace_generation
     message = _in_use_message(g, status.workspace_sha256)
@@ -278,7 +279,8 @@ def _in_use(status: TorchrunJobStatus) -> WorkspaceState | None:
 
 
 def _in_use_message(generation: int, sha256: str | None) -> str:
-    return f"generation {generation} of the code is in use (sha256 {(sha256 or '?')[:12]})"
+    checksum = f" (sha256 {sha256[:12]})" if sha256 else ""
+    return f"generation {generation} of the code is in use{checksum}"
 
 
 def _replace(state: WorkspaceState, reason: str, message: str) -> WorkspaceState:

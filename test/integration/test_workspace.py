@@ -90,7 +90,8 @@ def upload_queue(cluster: Cluster) -> Any:
 
 
 def submit_upload_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
-    return make_job(cluster, ns, queue, name, workspace={"source": "upload"}, **spec)
+    spec.setdefault("workspace", {"source": "upload"})
+    return make_job(cluster, ns, queue, name, **spec)
 
 
 def test_an_upload_job_waits_for_its_code_then_runs_it(
@@ -167,7 +168,7 @@ def test_a_refused_upload_gives_its_reason_and_no_workers(
         lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", reason), 60, message=reason
     )
     assert condition(failed, "WorkspaceReady")["status"] == "False"
-    assert "workspaceSha256" not in failed["status"]
+    assert "workspaceSha256" not in failed["status"] and "workspaceSyncTime" not in failed["status"]
     assert not cluster.get("jobs", "-n", namespace)["items"]
     app.recorder.flush()
     warnings = [e for e in events(cluster, namespace, "train") if e["reason"] == reason]
