@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import subprocess
 import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -395,3 +397,70 @@ def worker_pods(cluster: Cluster, ns: str, *, running: bool = False) -> list[dic
     pods = cluster.get("pods", "-n", ns, "-l", "torchrun.ai/role=worker")["items"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     return [p for p in live if p["status"].get("phase") == "Running"] if running else live
+
+
+def test_a_pvc_source_is_copied_into_the_workspace_then_runs(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App], upload_queue: Any
+) -> None:
+    """`source: pvc`: the sync pod copies the claim's subPath; nothing is uploaded."""
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "code"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+        namespace,
+    )
+    bound = wait_until(
+        lambda: (c := cluster.get("pvc", "code", "-n", namespace))["status"].get("phase") == "Bound" and c,
+        60,
+        message="the source claim bound",
+    )
+    pv = cluster.get("pv", bound["spec"]["volumeName"])
+    root = Path(pv["spec"]["hostPath"]["path"]) / "proj"  # the test bed's provisioner: a directory
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text("print('from a claim')\n")
+    (root / "pkg" / "m.py").write_text("X = 1\n")
+    start_controller()
+    q = upload_queue("ws-pvc")
+    make_job(
+        cluster, namespace, q, workspace={"source": "pvc", "pvc": {"claimName": "code", "subPath": "proj"}}
+    )
+    ready = wait_until(
+        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "Synced"), 90, message="Synced"
+    )
+    assert ready["status"]["workspaceGeneration"] == 0 and ready["status"]["workspaceSyncTime"]
+    sync = cluster.get("pod", "train-sync-0", "-n", namespace)
+    report = json.loads(sync["status"]["containerStatuses"][0]["state"]["terminated"]["message"])
+    assert (report["result"], report["source"]) == ("Synced", "pvc")
+    workspace = cluster.get(
+        "pv", cluster.get("pvc", "train-workspace", "-n", namespace)["spec"]["volumeName"]
+    )
+    copied = Path(workspace["spec"]["hostPath"]["path"]) / "generations" / "0"
+    assert (copied / "train.py").read_text() == "print('from a claim')\n"
+    assert (copied / "pkg" / "m.py").read_text() == "X = 1\n"
+    assert (copied / ".sync_success").exists()
+    wait_until(
+        lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
+        60,
+        message="Running",
+    )
+
+
+def test_an_unreachable_git_repository_is_git_fetch_failed(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App], upload_queue: Any
+) -> None:
+    start_controller()
+    q = upload_queue("ws-git")
+    url = "git://127.0.0.1:9/no/such/repo.git"  # the discard port: nothing answers git there
+    make_job(cluster, namespace, q, workspace={"source": "git", "git": {"url": url, "ref": "main"}})
+    failed = wait_until(
+        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "GitFetchFailed"),
+        120,
+        message="GitFetchFailed",
+    )
+    message = condition(failed, "WorkspaceReady")["message"]
+    assert url in message and "train-sync-0" in message
+    assert failed["status"]["phase"] == "Pending"
+    assert not cluster.get("jobs", "-n", namespace)["items"]
