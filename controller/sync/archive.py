@@ -71,6 +71,10 @@ def _extract_members(data: Readable, writer: _TreeWriter) -> None:
                 writer.add(member, archive)
     except MissingEndError as e:
         raise SyncError(INVALID_ARCHIVE, "empty archive") if writer.tally.files == 0 else e from None
+    except tarfile.StreamError as e:
+        if writer.tally.files == 0:  # Python 3.10 on a tar of nothing but its end marker
+            raise SyncError(INVALID_ARCHIVE, "empty archive") from e
+        raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
     except (tarfile.TarError, EOFError, UnicodeError, ValueError) as e:
         raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
 
