@@ -104,3 +104,11 @@ def test_the_sync_program_prints_its_help(image: Image, container: str) -> None:
     proc = run(image, container, "python", "-m", "controller.sync", "--help")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("usage: python -m controller.sync"), proc.stdout
+
+
+def test_what_the_sync_sources_call_is_in_the_image(image: Image, container: str) -> None:
+    """The `git` source runs the git binary (over https or ssh), the `s3` source imports boto3
+    (the `sync` extra): present and runnable as the image's user."""
+    for command in (["git", "--version"], ["ssh", "-V"], ["python", "-c", "import boto3"]):
+        proc = run(image, container, *command)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
