@@ -40,6 +40,8 @@ from controller.torchrunqueue.kaiqueue import build_kai_queue
 
 CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"
 KAI_QUEUES = "queues.scheduling.run.ai"
+KAI_PODGROUPS = "podgroups.scheduling.run.ai"
+STAND_IN_ANNOTATION = "torchrun.ai/stand-in"  # on the stand-in's CRDs (hack/testbed/kai-crds-standin.yaml)
 Maker = Callable[..., str]
 Record = Callable[[str, object], None]
 
@@ -382,10 +384,6 @@ class TestSchedulerInstalledLater:
 # -- KAI-Scheduler -------------------------------------------------------------------------------
 
 
-KAI_PODGROUPS = "podgroups.scheduling.run.ai"
-STAND_IN_ANNOTATION = "torchrun.ai/stand-in"
-
-
 @dataclass(frozen=True)
 class KaiApi:
     """Which KAI CRDs the API server serves: KAI's own, or the stand-in of this repository."""
@@ -571,10 +569,7 @@ class TestKai:
             lambda: get_or_none(cluster, KAI_QUEUES, child) is None, 30, message="old KAI Queue deleted"
         )
         wait_until(
-            lambda: (
-                cluster.get("podgroups.scheduling.run.ai", "train", "-n", namespace)["spec"]["queue"]
-                == renamed
-            ),
+            lambda: cluster.get(KAI_PODGROUPS, "train", "-n", namespace)["spec"]["queue"] == renamed,
             30,
             message="PodGroup follows the queue",
         )
@@ -665,7 +660,7 @@ class TestKai:
         start_controller()
         make_job(cluster, namespace, queue, numNodes=3)
         pg = wait_until(
-            lambda: get_or_none(cluster, "podgroups.scheduling.run.ai", "train", "-n", namespace),
+            lambda: get_or_none(cluster, KAI_PODGROUPS, "train", "-n", namespace),
             60,
             message="PodGroup",
         )
@@ -693,7 +688,7 @@ class TestKai:
 
         cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
         wait_until(
-            lambda: get_or_none(cluster, "podgroups.scheduling.run.ai", "train", "-n", namespace) is None,
+            lambda: get_or_none(cluster, KAI_PODGROUPS, "train", "-n", namespace) is None,
             120,
             0.5,
             message="PodGroup deleted with its job",
