@@ -1,14 +1,18 @@
 """Schedulers on the real control plane (SPEC §3 TorchrunQueue, §5): queue readiness, the KAI Queue
 tree, PodGroups per job, Kueue's suspend flow, and what happens when a scheduler is missing.
 
-Each scheduler's CRDs come from its own Go module (hack/testbed/scheduler-crds.sh, cached). The
-tests of missing schedulers and invalid queues run first, on a control plane without them; then
-they are installed once for the rest of this module and removed again at its end (waiting until
-the API server no longer serves them), so the shared control plane is left as it was found.
-Most tests run no scheduler binary: where they need the scheduler's move (Kueue admitting a Job),
-the test makes that move itself through the API, as the scheduler would, and asserts what the
-controller does about it. `TestRealKueue` runs the real Kueue, built from its module by
-hack/testbed/build-kueue.sh, and skips (saying so) when it has not been built.
+Each scheduler's CRDs come from its own Go module (hack/testbed/scheduler-crds.sh, cached); KAI's
+module is not served by the proxy, so its CRDs are a stand-in typed exactly from the fields we
+write (`TestKaiCrdContract` shows it refuses anything else; every KAI test is listed under
+"stand-ins" in the run's summary). The tests of missing schedulers and invalid queues run first,
+on a control plane without them; then they are installed once for the rest of this module and
+removed again at its end (waiting until the API server no longer serves them), so the shared
+control plane is left as it was found.
+What runs: kube-scheduler, and the real Kueue in `TestRealKueue` (built from its module by
+hack/testbed/build-kueue.sh; it skips, saying so, when not built). No KAI, coscheduling or Volcano
+scheduler runs, so their tests prove objects and linkage (the PodGroup, its owner, how the pods
+name it), never that a gang is placed all at once. `TestKueueContract` makes Kueue's moves itself
+through the API and checks the controller's side of the contract.
 """
 
 from __future__ import annotations
