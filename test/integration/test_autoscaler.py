@@ -1,0 +1,136 @@
+"""The elastic autoscaler on the real control plane, kwok's 4 fake nodes of 8 GPUs each.
+
+One story, each step waited for on the objects' own state: an elastic job (1..4 nodes of 8 GPUs)
+starts beside a 2-node rigid job and grows into the one free node; when the rigid job finishes it
+grows into the two nodes it freed, one node per pass; a second rigid job of 2 nodes then finds no
+room (`Running=False Unschedulable`), so the elastic job shrinks back, highest node ranks first,
+and the rigid job runs. The elastic job is never restarted as a whole: its worker Job stays the
+same object, with no failed index, and the shrink evicts exactly the pods of ranks 3 and 2.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from jobs import condition, make_job, queue_manifest
+from testbed import Cluster, wait_until
+
+from controller.cmd.main import App
+
+EVENT = re.compile(r"^(\d)→(\d) nodes, cluster GPU load (\d\.\d\d) → (\d\.\d\d) \(nvidia\.com/gpu; .+\)$")
+
+
+def tj(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    return cluster.get("torchrunjob", name, "-n", ns)
+
+
+def size_is(cluster: Cluster, ns: str, name: str, nodes: int) -> dict[str, Any] | None:
+    """The worker Job runs `nodes` pods and the job says so, Running."""
+    job = tj(cluster, ns, name)
+    worker = cluster.get("job", name, "-n", ns)
+    running = condition(job, "Running") or {}
+    ok = (
+        (job.get("status") or {}).get("nodes") == nodes
+        and worker["spec"]["parallelism"] == nodes
+        and (worker.get("status") or {}).get("ready") == nodes
+        and running.get("status") == "True"
+    )
+    return worker if ok else None
+
+
+def running_pods(cluster: Cluster, ns: str, name: str) -> dict[int, str]:
+    """Node rank → node of the job's live worker pods."""
+    pods = cluster.get("pods", "-n", ns, "-l", f"torchrun-job-name={name}")["items"]
+    return {
+        int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p["spec"].get(
+            "nodeName"
+        )
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") in ("Running", "Pending")
+    }
+
+
+def resize_events(cluster: Cluster, ns: str, name: str) -> list[tuple[str, int, int, float, float]]:
+    items = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={name}")["items"]
+    out = []
+    for e in sorted(items, key=lambda e: e.get("firstTimestamp") or e["metadata"]["creationTimestamp"]):
+        if e["reason"] in ("ScaledUp", "ScaledDown"):
+            match = EVENT.match(e["message"])
+            assert match, e["message"]
+            a, b, before, after = match.groups()
+            out.append((e["reason"], int(a), int(b), float(before), float(after)))
+    return out
+
+
+def test_an_elastic_job_grows_into_freed_nodes_and_shrinks_for_rigid_work(
+    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    forever, short = f"run-{tag}", f"done-{tag}"
+    cluster.apply(queue_manifest(forever, outcome="run"))
+    cluster.apply(queue_manifest(short, outcome="succeed", duration="25s"))
+    # a pass a second, and the whole cluster may be used: 4 × 8 GPUs is small for the 0.97 default
+    app = start_controller("--autoscaler-period", "1", "--max-load-desired", "1")
+
+    make_job(cluster, namespace, short, "first", numNodes=2)
+    wait_until(lambda: size_is(cluster, namespace, "first", 2), 60, message="the rigid job runs")
+    elastic = {"minNodes": 1, "maxNodes": 4}
+    make_job(
+        cluster, namespace, forever, "elastic", numNodes=1, elastic=elastic, distributed={"maxRestarts": 3}
+    )
+
+    # the one free node: 1 → 2 while the rigid job still runs
+    worker = wait_until(lambda: size_is(cluster, namespace, "elastic", 2), 60, message="elastic at 2 nodes")
+    assert condition(tj(cluster, namespace, "first"), "Succeeded") is None, "grew while the rigid job ran"
+    assert tj(cluster, namespace, "elastic")["status"]["desiredNodes"] == 2
+
+    # the rigid job finishes: its two nodes free up, taken one node per pass
+    wait_until(
+        lambda: (condition(tj(cluster, namespace, "first"), "Succeeded") or {}).get("status") == "True",
+        60,
+        message="the rigid job succeeds",
+    )
+    wait_until(lambda: size_is(cluster, namespace, "elastic", 4), 60, message="elastic at 4 nodes")
+    assert sorted(set(running_pods(cluster, namespace, "elastic").values())) == [
+        f"gpu-node-{i}" for i in range(4)
+    ]
+
+    # rigid work that finds no room: the elastic job shrinks back, and the rigid job runs
+    make_job(cluster, namespace, forever, "second", numNodes=2)
+    wait_until(lambda: size_is(cluster, namespace, "second", 2), 90, message="the second rigid job runs")
+    wait_until(lambda: size_is(cluster, namespace, "elastic", 2), 30, message="elastic back at 2 nodes")
+    second = tj(cluster, namespace, "second")
+    waited = [c for c in [condition(second, "Running")] if c]
+    assert waited and waited[0]["status"] == "True"
+
+    events = resize_events(cluster, namespace, "elastic")
+    assert [(r, a, b) for r, a, b, _, _ in events] == [
+        ("ScaledUp", 1, 2),
+        ("ScaledUp", 2, 3),
+        ("ScaledUp", 3, 4),
+        ("ScaledDown", 4, 3),
+        ("ScaledDown", 3, 2),
+    ]
+    assert events[0][3:] == (0.75, 1.0), "1→2 took the last free node"
+    assert events[-1][3] > events[-1][4], "a shrink lowers the load"
+    # never a whole-job restart: the same worker Job, no failed index, ranks 0 and 1 kept
+    final = cluster.get("job", "elastic", "-n", namespace)
+    assert final["metadata"]["uid"] == worker["metadata"]["uid"]
+    assert not (final.get("status") or {}).get("failedIndexes")
+    assert not any(
+        c["type"] == "Failed" and c["status"] == "True" for c in final["status"].get("conditions") or []
+    )
+    job = tj(cluster, namespace, "elastic")
+    assert job["status"]["restarts"] == 0 and job["status"]["phase"] == "Running"
+    assert sorted(running_pods(cluster, namespace, "elastic")) == [0, 1]
+    resizes = {
+        s.labels["direction"]: s.value
+        for m in app.metrics.registry.collect()
+        if m.name == "torchrun_autoscaler_resizes"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert resizes == {"up": 3.0, "down": 2.0}
