@@ -1,0 +1,394 @@
+"""`kubectl torchrun` as a researcher uses it: the real console script against the real control
+plane, with the real controller program running for the test's namespace.
+
+The upload travels through the kube-apiserver's pods/exec endpoint into the sync program, which
+the test bed's node agent runs as a local process for the kwok sync pod, writing into the
+hostPath volume that stands for the workspace PVC — so the extracted tree is checked on that
+volume. Worker logs are CRI files the node agent writes and kwok serves through the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from plugincli import PLUGIN, Run, plugin_env
+from testbed import Cluster, wait_until
+
+SHA_PREFIX = "sha256 "
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+PROJECT = {
+    "train.py": "print('training')\n",
+    "pkg/model.py": "W = 1\n",
+    ".gitignore": "*.ckpt\n",
+    "last.ckpt": "big weights\n",
+    "pkg/__pycache__/model.cpython-311.pyc": "junk",
+}
+PACKED = {".gitignore", "train.py", "pkg/model.py"}
+
+
+def make_queue(
+    cluster: Cluster, name: str, outcome: str = "run", duration: str = "1s", **annotations: str
+) -> str:
+    """An 8-GPU queue allowing env overrides, whose kwok worker pods end as `outcome`."""
+    pod_annotations = {
+        "kwok.torchrun.ai/outcome": outcome,
+        "kwok.torchrun.ai/duration": duration,
+        **annotations,
+    }
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
+                "image": "pytorch/pytorch:2.4.0",
+                "podAnnotations": pod_annotations,
+                "allowOverrides": ["env"],
+            },
+        }
+    )
+    return name
+
+
+@pytest.fixture
+def queue(cluster: Cluster, namespace: str) -> Any:
+    made: list[str] = []
+
+    def make(outcome: str = "run", duration: str = "1s", **annotations: str) -> str:
+        made.append(make_queue(cluster, f"q-{namespace}-{len(made)}", outcome, duration, **annotations))
+        return made[-1]
+
+    yield make
+    for name in made:
+        cluster.kubectl("delete", "torchrunqueue", name, "--ignore-not-found", "--wait=false")
+
+
+def tj(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    return cluster.get("torchrunjob", name, "-n", ns)
+
+
+def phase(cluster: Cluster, ns: str, name: str) -> str:
+    return str(tj(cluster, ns, name).get("status", {}).get("phase", ""))
+
+
+def workspace_volume(cluster: Cluster, ns: str, job: str) -> Path:
+    """The directory standing for the job's workspace PVC (the test bed's hostPath PV)."""
+    pvc = cluster.get("pvc", f"{job}-workspace", "-n", ns)
+    pv = cluster.get("pv", pvc["spec"]["volumeName"])
+    return Path(pv["spec"]["hostPath"]["path"])
+
+
+def worker_pods(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
+    selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
+    items: list[dict[str, Any]] = cluster.get("pods", "-n", ns, "-l", selector)["items"]
+    return items
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The error a failed command printed: one `error:` line, the last, and no traceback (progress
+    lines such as `packed ...` may come before it)."""
+    assert proc.returncode != 0, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert errors == lines[-1:] and "Traceback" not in proc.stderr, proc.stderr
+    return lines[-1]
+
+
+def dry_run_sha(plugin: Run) -> str:
+    out = plugin("submit", "--queue", "any", "--nodes", "1", "--dry-run", "python train.py").stdout
+    return out.rsplit(SHA_PREFIX, 1)[1].strip()
+
+
+# --- no upload needed -------------------------------------------------------------------------
+
+
+def test_dry_run_prints_a_manifest_the_api_server_accepts_and_sends_nothing(
+    cluster: Cluster, namespace: str, e2e_crds: Path, project: Path, plugin: Run
+) -> None:
+    write(project, PROJECT)
+    proc = plugin(
+        "submit",
+        "--queue",
+        "q",
+        "--gpus",
+        "16",
+        "--env",
+        "LR=0.1",
+        "--dry-run",
+        "--",
+        "python",
+        "train.py",
+        "--msg",
+        "a b",
+    )
+    assert proc.returncode == 0, proc.stderr
+    manifest_text, listing = proc.stdout.split("\n---\n")
+    manifest = yaml.safe_load(manifest_text)
+    assert manifest["spec"]["command"] == "python train.py --msg 'a b'"
+    assert manifest["spec"]["overrides"] == {"env": [{"name": "LR", "value": "0.1"}]}
+    assert {line.split()[-1] for line in listing.splitlines()[:-2]} == PACKED
+    accepted = cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-", input=yaml.safe_dump(manifest)
+    )
+    assert json.loads(accepted.stdout)["metadata"]["name"].startswith("my-project-")
+    assert cluster.get("torchrunjobs", "-n", namespace)["items"] == []
+
+
+def test_every_error_is_one_line_and_a_non_zero_exit(
+    cluster: Cluster, namespace: str, e2e_crds: Path, project: Path, plugin: Run, queue: Any
+) -> None:
+    write(project, {"train.py": "print(1)\n"})
+    missing = plugin("list", env=plugin_env(cluster, KUBECONFIG=str(project / "nope")))
+    assert (
+        one_line_error(missing) == f"error: no kubeconfig: KUBECONFIG={project / 'nope'} has no file; "
+        "set KUBECONFIG or pass --kubeconfig"
+    )
+
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    (project.parent / "down.kubeconfig").write_text(yaml.safe_dump(config))
+    down = plugin("list", env=plugin_env(cluster, KUBECONFIG=str(project.parent / "down.kubeconfig")))
+    assert (
+        one_line_error(down)
+        == "error: cannot reach the API server at https://127.0.0.1:1: connection refused"
+    )
+
+    unknown = plugin("submit", "--queue", "no-such-queue", "--nodes", "1", "python train.py")
+    assert (
+        one_line_error(unknown)
+        == 'error: queue "no-such-queue" not found (kubectl get torchrunqueues lists the queues)'
+    )
+    for command in (
+        ("status", "ghost"),
+        ("logs", "ghost"),
+        ("sync", "ghost"),
+        ("suspend", "ghost"),
+        ("delete", "ghost"),
+    ):
+        assert one_line_error(plugin(*command)) == (
+            f'error: job "ghost" not found in namespace "{namespace}" (kubectl torchrun list shows the jobs)'
+        )
+
+    q = queue()
+    refused = plugin("submit", "--queue", q, "--gpus", "9000", "python train.py")
+    assert one_line_error(refused).startswith(
+        "error: the API server refused it: spec.numGPUs: Invalid value: 9000"
+    )
+    assert cluster.get("torchrunjobs", "-n", namespace)["items"] == []
+
+
+def test_list_status_suspend_resume_delete_act_on_real_objects(
+    cluster: Cluster, namespace: str, controller: Any, plugin: Run, queue: Any
+) -> None:
+    q = queue()
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "mnist"},
+            "spec": {
+                "jobQueue": q,
+                "numNodes": 2,
+                "command": "python train.py",
+                "workspace": {"source": "none"},
+            },
+        },
+        namespace,
+    )
+    wait_until(lambda: phase(cluster, namespace, "mnist") == "Running", 90, message="mnist Running")
+
+    listing = plugin("list")
+    assert listing.returncode == 0, listing.stderr
+    header, row = listing.stdout.splitlines()
+    assert header.split() == ["NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE"]
+    assert row.split()[:6] == ["mnist", q, "2", "16", "Running", "0"]
+
+    status = plugin("status", "mnist")
+    assert status.returncode == 0, status.stderr
+    assert "Phase:      Running" in status.stdout
+    assert "Admitted" in status.stdout and "AllWorkersRunning" in status.stdout
+    worker_lines = [line for line in status.stdout.splitlines() if line.startswith("  mnist-")]
+    assert len(worker_lines) == 2 and all("gpu-node-" in line and "Running" in line for line in worker_lines)
+
+    assert plugin("suspend", "mnist").stdout == "job mnist suspended\n"
+    assert tj(cluster, namespace, "mnist")["spec"]["suspend"] is True
+    wait_until(lambda: phase(cluster, namespace, "mnist") == "Suspended", 60, message="Suspended")
+    wait_until(lambda: not worker_pods(cluster, namespace, "mnist"), 60, message="pods removed")
+    assert plugin("resume", "mnist").stdout == "job mnist resumed\n"
+    wait_until(lambda: phase(cluster, namespace, "mnist") == "Running", 90, message="Running again")
+
+    assert plugin("delete", "mnist").stdout == "job mnist deleted\n"
+    wait_until(lambda: not cluster.get("torchrunjobs", "-n", namespace)["items"], 60, message="job deleted")
+
+
+# --- uploads through exec -----------------------------------------------------------------------
+
+
+def test_submit_uploads_through_exec_follows_rank_0_and_exits_with_the_outcome(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    write(project, PROJECT)
+    q = queue("succeed", "4s", **{"kwok.torchrun.ai/logs": "epoch 1 loss 0.5\nepoch 2 loss 0.25"})
+    expected_sha = dry_run_sha(plugin)
+    proc = plugin(
+        "submit",
+        "--queue",
+        q,
+        "--nodes",
+        "2",
+        "--name",
+        "train",
+        "--env",
+        "LR=0.1",
+        "python train.py",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["epoch 1 loss 0.5", "epoch 2 loss 0.25"]  # rank 0, unprefixed
+    assert "created job train" in proc.stderr and "uploading 3 files" in proc.stderr
+    assert proc.stderr.strip().endswith("job train succeeded")
+
+    job = tj(cluster, namespace, "train")
+    assert job["spec"]["workspace"] == {"source": "upload"} or job["spec"]["workspace"]["source"] == "upload"
+    assert job["spec"]["overrides"]["env"] == [{"name": "LR", "value": "0.1"}]
+    assert (job["status"]["workspaceGeneration"], job["status"]["workspaceSha256"]) == (0, expected_sha)
+    tree = workspace_volume(cluster, namespace, "train") / "generations" / "0"
+    extracted = {
+        str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() and p.name != ".sync_success"
+    }
+    assert extracted == PACKED
+    assert (tree / "train.py").read_text() == PROJECT["train.py"]
+    assert json.loads((tree / ".sync_success").read_text())["sha256"] == expected_sha
+
+
+def test_submit_of_a_failing_job_exits_non_zero_with_the_reason(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    write(project, {"train.py": "raise SystemExit(3)\n"})
+    q = queue("fail", "2s", **{"kwok.torchrun.ai/exit-code": "3"})
+    proc = plugin("submit", "--queue", q, "--nodes", "1", "--name", "boom", "python train.py", timeout=240)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith("job boom failed: ") and tj(cluster, namespace, "boom")["status"]["phase"] == "Failed"
+    )
+
+
+def test_sync_of_the_same_tree_sends_nothing_and_a_change_rolls_the_workers(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    write(project, PROJECT)
+    q = queue("run")
+    detached = plugin(
+        "submit", "--queue", q, "--nodes", "2", "--name", "train", "--detach", "python train.py"
+    )
+    assert detached.returncode == 0, detached.stderr
+    wait_until(lambda: phase(cluster, namespace, "train") == "Running", 90, message="Running")
+    before = {p["metadata"]["uid"] for p in worker_pods(cluster, namespace, "train")}
+
+    same = plugin("sync", "train")
+    assert same.returncode == 0, same.stderr
+    assert same.stderr == "nothing changed: job train already runs this tree (generation 0)\n"
+    assert tj(cluster, namespace, "train")["spec"]["workspace"].get("generation", 0) == 0
+    assert not cluster.kubectl("get", "pod", "train-sync-1", "-n", namespace, check=False).stdout
+
+    (project / "train.py").write_text("print('training v2')\n")
+    changed = plugin("sync", "train", timeout=240)
+    assert changed.returncode == 0, changed.stderr
+    assert "generation 1 uploaded" in changed.stderr and "job train runs generation 1" in changed.stderr
+    job = tj(cluster, namespace, "train")
+    assert (job["spec"]["workspace"]["generation"], job["status"]["workspaceGeneration"]) == (1, 1)
+    assert job["status"]["workspaceSha256"] == dry_run_sha(plugin)
+    tree = workspace_volume(cluster, namespace, "train") / "generations" / "1"
+    assert (tree / "train.py").read_text() == "print('training v2')\n"
+    wait_until(
+        lambda: (
+            (uids := {p["metadata"]["uid"] for p in worker_pods(cluster, namespace, "train")})
+            and len(uids) == 2
+            and not uids & before
+        ),
+        90,
+        message="workers replaced",
+    )
+    again = plugin("sync", "train")
+    assert again.stderr == "nothing changed: job train already runs this tree (generation 1)\n"
+
+
+def cri_line(text: str) -> str:
+    return f"{datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')} stdout F {text}\n"
+
+
+def test_logs_all_follows_every_rank_with_its_prefix_and_stops_when_the_job_ends(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    write(project, {"train.py": "print(1)\n"})
+    q = queue("succeed", "12s", **{"kwok.torchrun.ai/logs": "hello"})
+    assert (
+        plugin(
+            "submit", "--queue", q, "--nodes", "2", "--name", "train", "--detach", "python train.py"
+        ).returncode
+        == 0
+    )
+    pods = wait_until(
+        lambda: (
+            ps
+            if len(
+                ps := [
+                    p
+                    for p in worker_pods(cluster, namespace, "train")
+                    if p["status"].get("phase") == "Running"
+                ]
+            )
+            == 2
+            else None
+        ),
+        90,
+        message="2 workers running",
+    )
+    follow = subprocess.Popen(
+        [str(PLUGIN), "-n", namespace, "logs", "train", "--all", "--follow"],
+        cwd=project,
+        env=plugin_env(cluster),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rank1 = next(
+        p for p in pods if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1"
+    )
+    meta = rank1["metadata"]
+    log_file = (
+        cluster.run_dir / "node-agent" / "pods" / f"{namespace}_{meta['name']}_{meta['uid']}" / "torchrun.log"
+    )
+    wait_until(lambda: log_file.exists() and log_file.stat().st_size > 0, 30, message="rank 1 log file")
+    time.sleep(1)  # the follower attaches on its first refresh; kubelet-style follow then tails the file
+    with log_file.open("a") as f:
+        f.write(cri_line("written while following"))
+    out, err = follow.communicate(timeout=120)
+    assert follow.returncode == 0, err
+    lines = out.splitlines()
+    assert sorted(line.split("] ")[0] + "]" for line in lines if line.endswith("hello")) == [
+        "[rank 0]",
+        "[rank 1]",
+    ]
+    assert "[rank 1] written while following" in lines
+    assert phase(cluster, namespace, "train") == "Succeeded"
+
+    once = plugin("logs", "train", "--all")
+    assert once.returncode == 0 and "[rank 0] hello" in once.stdout.splitlines()
+    assert plugin("logs", "train", "--rank", "1").stdout.splitlines()[-1] == "written while following"
