@@ -8,8 +8,9 @@ One pass, in this order:
    - a job whose own pods cannot be scheduled gives back a node, down to its minimum;
    - while the load of a GPU resource is above `max_load`, the most-fulfilled jobs using it
      (fulfilment = nodes / maxNodes) give back a node each;
-   - while demand is unmet, the most-fulfilled jobs whose last pod sits on a node that could host
-     a waiting pod give back a node each, and the waiting pods are placed again.
+   - while demand is unmet, jobs give back a node each and the waiting pods are placed again:
+     the most fulfilled among those whose node would then hold a waiting pod, else the most
+     fulfilled whose node could hold one once more is freed there.
 3. **Grow** only when nothing shrank and no satisfiable demand is unmet: the least-fulfilled jobs
    first, one node each, when the load of their GPU resource after the change stays at or below
    `max_load` *and* the dry run (`placement.py`) finds a node with the room for one more pod.
@@ -23,7 +24,7 @@ placed. The property tests in test/unit/test_autoscaler_properties.py check it.
 from __future__ import annotations
 
 from controller.autoscaler.model import ClusterSnapshot, ElasticJob, PendingPod, Resize
-from controller.autoscaler.placement import FreeCapacity
+from controller.autoscaler.placement import FreeCapacity, fits
 
 FREE_CAPACITY = "FreeCapacity"
 LOAD_ABOVE_TARGET = "LoadAboveTarget"
@@ -125,15 +126,24 @@ class _Pass:
                     self.shrink(job, LOAD_ABOVE_TARGET)
 
     def shrink_for(self, unmet: list[PendingPod]) -> list[PendingPod]:
-        for job in self.shrinkable():
-            if not unmet:
+        while unmet:
+            jobs = [j for j in self.shrinkable() if j.placement[-1] is not None]
+            pick = next((j for j in jobs if self.frees_room(j, unmet)), None) or next(
+                (j for j in jobs if any(self.capacity.admits(j.placement[-1] or "", p.pod) for p in unmet)),
+                None,
+            )
+            if pick is None:
                 break
-            node = job.placement[-1]
-            if node is None or not any(self.capacity.admits(node, p.pod) for p in unmet):
-                continue
-            self.shrink(job, PENDING_WORK)
+            self.shrink(pick, PENDING_WORK)
             unmet = [p for p in unmet if not self.place(p)]
         return unmet
+
+    def frees_room(self, job: ElasticJob, unmet: list[PendingPod]) -> bool:
+        """Giving back the job's last node would let a waiting pod fit there at once."""
+        node = job.placement[-1] or ""
+        free = self.capacity.free[node]
+        after = {r: free.get(r, 0) + job.pod.requests.get(r, 0) for r in {*free, *job.pod.requests}}
+        return any(fits(after, p.pod.requests) and self.capacity.admits(node, p.pod) for p in unmet)
 
     # -- growing ------------------------------------------------------------------------------------
 

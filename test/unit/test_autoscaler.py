@@ -157,6 +157,13 @@ CASES = [
         expect=[("ns/x", 2, 1, PENDING_WORK), ("ns/y", 2, 1, PENDING_WORK)],
     ),
     Case(
+        "pending rigid work: a shrink that makes room at once beats a more fulfilled one that would not",
+        used={"a": 0, "b": 4, "c": 0},
+        jobs=[job("ns/x", ("a", "b"), 1, 2, pod=shape(4)), job("ns/y", ("a", "c"), 1, 4, pod=shape(4))],
+        pending=[PendingPod(shape(8), True, "ns/rigid")],
+        expect=[("ns/y", 2, 1, PENDING_WORK)],
+    ),
+    Case(
         "pending rigid work that fits already: its room is kept, nothing grows into it",
         used={"a": 0, "b": 0, "c": 8, "d": 8},
         jobs=[job("ns/e", ("a",), 1, 4)],
