@@ -2,8 +2,9 @@
 
 Start-up: serve /healthz, /readyz and /metrics at once; then (after winning the Lease, with
 --leader-elect) start the informers, wait for their caches, and start the workers, the
-garbage collector and the elastic autoscaler. SIGTERM/SIGINT stop the workers taking keys, let the reconciles in flight
-finish (at most SHUTDOWN_TIMEOUT), stop the informers, and only then release the Lease and exit 0.
+garbage collector and the elastic autoscaler. SIGTERM/SIGINT stop the workers taking keys, let
+the reconciles in flight finish (at most SHUTDOWN_TIMEOUT), stop the informers, and only then
+release the Lease and exit 0.
 Losing the Lease exits 1 at once, and a write fence keeps every write from leaving the process
 once the Lease may have passed to another replica. A failed start-up exits 1 with one line.
 """
