@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,7 +63,9 @@ class Workspace:
         args = ["receive", "--generation", str(generation), "--size", str(size), "--sha256", str(sha)]
         return self.run(*args, *extra, data=data)
 
-    def generations(self) -> list[str]:
+    def generations(self, missing_ok: bool = False) -> list[str]:
+        if missing_ok and not (self.root / "generations").exists():
+            return []
         return sorted(os.listdir(self.root / "generations"))
 
 
@@ -161,6 +164,29 @@ def test_upload_that_stalls_times_out(ws: Workspace) -> None:
     proc.stdin.close()
     assert err.decode().strip() == f"UploadTimeout: no data for 1 s after 100 of {len(data)} bytes"
     assert time.monotonic() - started < 10
+    assert ws.generations() == ["2.failed"]
+
+
+def test_interrupted_receive_cleans_up_and_records(ws: Workspace) -> None:
+    data = good_archive()
+    sha = hashlib.sha256(data).hexdigest()
+    proc = ws.start(
+        "receive", "--generation", "2", "--size", str(len(data)), "--sha256", sha, stdin=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(data[:100])
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not any(n.startswith(".tmp-2-") for n in ws.generations(missing_ok=True)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=30) == 1
+    finally:
+        proc.kill()
+    assert proc.stderr.read().decode().strip() == "UploadIncomplete: receive interrupted by SIGTERM"
+    proc.stdin.close()
     assert ws.generations() == ["2.failed"]
 
 

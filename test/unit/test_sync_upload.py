@@ -61,6 +61,16 @@ def test_idle_timeout(pipe: tuple[int, int]) -> None:
     assert time.monotonic() - started < 2
 
 
+def test_cancel_ends_a_wait_for_input(pipe: tuple[int, int]) -> None:
+    r, _ = pipe
+    reader = ExactReader(r, 10, idle_timeout=60)
+    threading.Timer(0.2, reader.cancelled.set).start()
+    started = time.monotonic()
+    with pytest.raises(SyncError, match="UploadIncomplete: cancelled after 0 of 10 bytes"):
+        reader.read(10)
+    assert time.monotonic() - started < 2
+
+
 def test_input_ending_early(pipe: tuple[int, int]) -> None:
     r, w = pipe
     os.write(w, b"abc")
