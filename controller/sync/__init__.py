@@ -7,9 +7,11 @@ can run in any image with Python. docs/workspace.md is the contract; the modules
 - `errors`: `SyncError(reason, message)` and the CamelCase reasons.
 - `layout`: the workspace layout and the environment variables that locate it.
 - `limits`: `Limits`, `Stats` and the `Tally` that enforces them.
-- `names`, `tarheader`, `gunzip`, `archive`: checking and extracting a tar.gz as it streams in.
+- `names`, `tarheader`, `gunzip`, `prefetch`, `archive`: checking and extracting a tar.gz as it
+  streams in (decompression read ahead in a thread).
 - `tree`: `check_tree`, the same checks for a tree already on disk (git, s3 prefix, pvc).
-- `generations`: `publish` (temp dir, rename, marker, CURRENT; `<G>.failed` on failure).
+- `generations`: `publish` (temp dir, rename, marker, CURRENT; `<G>.failed` on failure), with
+  `atomic`'s one-step small-file writes.
 - `upload`: `receive`, exactly N bytes from stdin with a SHA-256.
 - `copy`: the workers' init container (wait for CURRENT, copy the tree).
 - `termination`: the result as a termination message, and its parser for the controller.

@@ -15,6 +15,7 @@ execute bits (never setuid, setgid or sticky; readable by any uid the workers ru
 and hardlinks as such. Nothing is written outside `dest`: every parent is a directory this
 extraction created, and files are opened with O_EXCL|O_NOFOLLOW. Memory does not grow with the
 archive's size; it grows with its entry count by one short string per entry (for duplicates).
+Decompression runs in a read-ahead thread (`prefetch`), stopped before this function returns.
 """
 
 from __future__ import annotations
