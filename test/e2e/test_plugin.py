@@ -9,6 +9,7 @@ volume. Worker logs are CRI files the node agent writes and kwok serves through 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -20,6 +21,13 @@ import pytest
 import yaml
 from plugincli import PLUGIN, Run, plugin_env
 from testbed import Cluster, wait_until
+
+from controller.plugin.archive import write_archive
+from controller.plugin.errors import PluginError
+from controller.plugin.kube import Kube, load_target
+from controller.plugin.objects import get_pod
+from controller.plugin.pack import scan
+from controller.plugin.upload import upload
 
 SHA_PREFIX = "sha256 "
 
@@ -392,3 +400,47 @@ def test_logs_all_follows_every_rank_with_its_prefix_and_stops_when_the_job_ends
     once = plugin("logs", "train", "--all")
     assert once.returncode == 0 and "[rank 0] hello" in once.stdout.splitlines()
     assert plugin("logs", "train", "--rank", "1").stdout.splitlines()[-1] == "written while following"
+
+
+def test_a_refused_upload_reports_the_sync_programs_reason_and_sync_retries_it(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    """The exit code comes back on the exec status channel through the real kube-apiserver; the
+    failed generation stays unpublished and `sync` fills the next one."""
+    write(project, {"train.py": "print(1)\n"})
+    q = queue("run")
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "train"},
+            "spec": {
+                "jobQueue": q,
+                "numNodes": 1,
+                "command": "python train.py",
+                "workspace": {"source": "upload"},
+            },
+        },
+        namespace,
+    )
+    kube = Kube(load_target(str(cluster.kubeconfig), None, namespace))
+    wait_until(
+        lambda: (get_pod(kube, "train-sync-0") or {}).get("status", {}).get("phase") == "Running",
+        60,
+        message="train-sync-0 running",
+    )
+    tree = scan(project)
+    path = project.parent / "upload.tar.gz"
+    with open(path, "wb") as f:
+        good = write_archive(tree, f)
+    wrong = dataclasses.replace(good, sha256="0" * 64)
+    with pytest.raises(PluginError) as refused:
+        upload(kube, "train", 0, wrong, path, lambda _: None)
+    assert refused.value.message.startswith("upload failed: ChecksumMismatch: ")
+    assert refused.value.message.endswith("the job stays as it was; retry with `kubectl torchrun sync train`")
+    assert "workspaceSha256" not in tj(cluster, namespace, "train").get("status", {})
+
+    retried = plugin("sync", "train", timeout=240)
+    assert retried.returncode == 0, retried.stderr
+    job = tj(cluster, namespace, "train")
+    assert (job["spec"]["workspace"]["generation"], job["status"]["workspaceSha256"]) == (1, good.sha256)

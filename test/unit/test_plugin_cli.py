@@ -7,12 +7,15 @@ import datetime
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
+from websocket import WebSocketConnectionClosedException
 
 from controller.plugin import main as main_module
+from controller.plugin import upload as upload_module
 from controller.plugin.archive import Archive
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import load_target, status_message
@@ -364,3 +367,110 @@ def test_ages_like_kubectl() -> None:
 
 def test_plugin_error_carries_its_exit_code() -> None:
     assert PluginError("x", code=3).code == 3
+
+
+# --- the upload's outcomes, with a stand-in for the exec websocket -------------------------------
+
+
+class FakeExec:
+    """An exec session whose command reads `size` bytes, then ends with `status` (or whose
+    connection drops after `drop_after` bytes, with no status)."""
+
+    def __init__(
+        self,
+        size: int,
+        status: dict[str, Any] | None,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+        drop_after: int | None = None,
+    ) -> None:
+        self.size, self.status, self.stdout, self.stderr, self.drop_after = (
+            size,
+            status,
+            stdout,
+            stderr,
+            drop_after,
+        )
+        self.received = b""
+        self.open = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> FakeExec:  # stands for the WSClient class
+        assert kwargs["binary"] is True
+        return self
+
+    def write_stdin(self, data: bytes) -> None:
+        if self.drop_after is not None and len(self.received) >= self.drop_after:
+            self.open = False
+            raise WebSocketConnectionClosedException("Connection to remote host was lost.")
+        self.received += data
+
+    def update(self, timeout: float = 0) -> None:
+        if len(self.received) >= self.size and self.drop_after is None:
+            self.open = False  # the command read its bytes and ended
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def read_channel(self, channel: int) -> bytes:
+        if self.open:
+            return b""
+        status = json.dumps(self.status).encode() if self.status is not None else b""
+        return {1: self.stdout, 2: self.stderr, 3: status}[channel]
+
+    def close(self) -> None:
+        self.open = False
+
+
+def run_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_for: Any) -> tuple[FakeExec, list[int]]:
+    data = bytes(range(256)) * 4096  # 1 MiB: several stdin frames
+    (tmp_path / "a.tar.gz").write_bytes(data)
+    archive = Archive(sha256="ab" * 32, size=len(data), files=1, bytes=1)
+    fake = fake_for(len(data))
+    monkeypatch.setattr(upload_module, "ws_client", SimpleNamespace(WSClient=fake))
+    kube: Any = SimpleNamespace(namespace="ns", server="https://api:6443", configuration=None)
+    sent: list[int] = []
+    try:
+        fake.marker = upload_module.upload(kube, "train", 0, archive, tmp_path / "a.tar.gz", sent.append)
+    finally:
+        assert fake.received == data[: len(fake.received)]
+    return fake, sent
+
+
+def test_a_successful_upload_returns_the_marker_after_sending_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = {"generation": 0, "sha256": "ab" * 32, "files": 1, "bytes": 1, "source": "upload"}
+    fake, sent = run_upload(
+        tmp_path,
+        monkeypatch,
+        lambda n: FakeExec(n, {"status": "Success"}, json.dumps(marker).encode() + b"\n"),
+    )
+    assert fake.marker == marker and sum(sent) == len(fake.received) == fake.size
+
+
+def test_a_refused_upload_is_the_sync_programs_reason_and_says_to_retry_with_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "1"}]},
+    }
+    stderr = b"ChecksumMismatch: the upload's SHA-256 is 12ab, not abab\n"
+    with pytest.raises(PluginError) as exc:
+        run_upload(tmp_path, monkeypatch, lambda n: FakeExec(n, status, stderr=stderr))
+    assert exc.value.message == (
+        "upload failed: ChecksumMismatch: the upload's SHA-256 is 12ab, not abab; "
+        "the job stays as it was; retry with `kubectl torchrun sync train`"
+    )
+
+
+def test_a_connection_lost_mid_upload_is_an_interrupted_upload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(PluginError) as exc:
+        run_upload(tmp_path, monkeypatch, lambda n: FakeExec(n, None, drop_after=n // 2))
+    assert exc.value.message == (
+        "upload interrupted (connection lost: Connection to remote host was lost.); "
+        "the job stays as it was; retry with `kubectl torchrun sync train`"
+    )
