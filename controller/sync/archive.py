@@ -176,6 +176,8 @@ def _check_type(member: tarfile.TarInfo) -> None:
         raise SyncError(INVALID_ARCHIVE, f"device file {member.name!r}")
     if member.isfifo():
         raise SyncError(INVALID_ARCHIVE, f"fifo {member.name!r}")
+    if member.size < 0:
+        raise SyncError(INVALID_ARCHIVE, f"negative size for {member.name!r}")
     if member.sparse is not None:
         raise SyncError(INVALID_ARCHIVE, f"sparse file {member.name!r} is not supported")
     if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):

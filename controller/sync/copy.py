@@ -49,26 +49,30 @@ def wait_for_generation(
 def copy_tree(source: Path, target: Path) -> None:
     """Copy generation tree `source` into `target` (created if missing), without the marker."""
     target.mkdir(parents=True, exist_ok=True)
-    _copy_dir(str(source), str(target), top=True)
+    pending = [(str(source), str(target))]  # iterative: depth is bounded by PATH_MAX, not the stack
+    while pending:
+        src, dst = pending.pop()
+        with os.scandir(src) as entries:
+            for entry in entries:
+                if src == str(source) and entry.name == layout.MARKER:
+                    continue
+                to = os.path.join(dst, entry.name)
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    _make_dir(to, stat.S_IMODE(st.st_mode))
+                    pending.append((entry.path, to))
+                else:
+                    _copy_entry(entry.path, to, st)
 
 
-def _copy_dir(src: str, dst: str, *, top: bool = False) -> None:
-    with os.scandir(src) as entries:
-        for entry in entries:
-            if top and entry.name == layout.MARKER:
-                continue
-            to = os.path.join(dst, entry.name)
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                _make_dir(to, stat.S_IMODE(st.st_mode))
-                _copy_dir(entry.path, to)
-            elif stat.S_ISLNK(st.st_mode):
-                _clear(to)
-                os.symlink(os.readlink(entry.path), to)
-            elif stat.S_ISREG(st.st_mode):
-                _clear(to)
-                shutil.copyfile(entry.path, to, follow_symlinks=False)
-                os.chmod(to, stat.S_IMODE(st.st_mode))
+def _copy_entry(src: str, dst: str, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        _clear(dst)
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISREG(st.st_mode):
+        _clear(dst)
+        shutil.copyfile(src, dst, follow_symlinks=False)
+        os.chmod(dst, stat.S_IMODE(st.st_mode))
 
 
 def _make_dir(path: str, mode: int) -> None:

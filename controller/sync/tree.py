@@ -4,7 +4,7 @@
 a symlink whose real resolution leaves `root` (absolute targets, `..` chains, targets through
 other symlinks), a device, fifo or socket, and the reserved top-level `.sync_success`; it counts
 entries and bytes against `limits` (`ArchiveTooLarge`) and returns them. Memory is bounded by the
-tree's depth, not its size.
+tree's breadth, not its size.
 """
 
 from __future__ import annotations
@@ -29,21 +29,24 @@ def check_tree(root: Path, limits: Limits | None = None) -> Stats:
     return tally.stats()
 
 
-def _walk(path: str, real_root: str, root: str, tally: Tally) -> None:
-    with os.scandir(path) as entries:
-        for entry in entries:
-            st = entry.stat(follow_symlinks=False)
-            rel = os.path.relpath(entry.path, root)
-            if stat.S_ISDIR(st.st_mode):
-                tally.add()
-                _walk(entry.path, real_root, root, tally)
-            elif stat.S_ISREG(st.st_mode):
-                tally.add(st.st_size)
-            elif stat.S_ISLNK(st.st_mode):
-                check_symlink_inside(entry.path, real_root, rel)
-                tally.add()
-            else:
-                raise SyncError(INVALID_ARCHIVE, f"{rel!r} is a {_kind(st.st_mode)}")
+def _walk(top: str, real_root: str, root: str, tally: Tally) -> None:
+    """Visit every entry under `top`; iterative, so depth is bounded by PATH_MAX, not the stack."""
+    pending = [top]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                rel = os.path.relpath(entry.path, root)
+                if stat.S_ISDIR(st.st_mode):
+                    tally.add()
+                    pending.append(entry.path)
+                elif stat.S_ISREG(st.st_mode):
+                    tally.add(st.st_size)
+                elif stat.S_ISLNK(st.st_mode):
+                    check_symlink_inside(entry.path, real_root, rel)
+                    tally.add()
+                else:
+                    raise SyncError(INVALID_ARCHIVE, f"{rel!r} is a {_kind(st.st_mode)}")
 
 
 def check_symlink_inside(path: str, real_root: str, rel: str) -> None:

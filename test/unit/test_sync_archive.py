@@ -24,9 +24,11 @@ from sync_archives import (
 )
 
 from controller.sync.archive import extract_archive
+from controller.sync.copy import copy_tree
 from controller.sync.errors import INVALID_ARCHIVE, SyncError
 from controller.sync.generations import volume_error
 from controller.sync.limits import Limits, Stats
+from controller.sync.tree import check_tree
 
 SMALL = Limits(max_bytes=SMALL_MAX_BYTES, max_files=SMALL_MAX_FILES)
 
@@ -95,6 +97,24 @@ def test_oversized_extended_header_is_refused_before_it_is_read(tmp_path: Path) 
         archive.addfile(info, io.BytesIO(b""))
     with pytest.raises(SyncError, match="extended header of"):
         extract(gzip.compress(out.getvalue()), tmp_path / "g")
+
+
+def test_negative_size_is_refused(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        info = tarfile.TarInfo("a")
+        info.pax_headers = {"size": "-5"}  # would lower the byte tally
+        archive.addfile(info, io.BytesIO(b""))
+    with pytest.raises(SyncError, match="negative size"):
+        extract(gzip.compress(out.getvalue()), tmp_path / "g")
+
+
+def test_deep_tree_extracts_checks_and_copies(tmp_path: Path) -> None:
+    name = "/".join(["d"] * 1500) + "/leaf"  # deeper than Python's recursion limit
+    extract(tar_gz([file(name, b"deep")]), tmp_path / "g")
+    assert check_tree(tmp_path / "g") == Stats(files=1501, bytes=4)
+    copy_tree(tmp_path / "g", tmp_path / "copy")
+    assert (tmp_path / "copy" / name).read_bytes() == b"deep"
 
 
 def test_plain_tar_without_compression(tmp_path: Path) -> None:
