@@ -125,6 +125,9 @@ def _fetch_source(args: argparse.Namespace, workspace: Path, env: Mapping[str, s
     existing = read_marker(workspace, args.generation)
     if existing is not None:
         return existing  # a re-run of a sync that already succeeded
+    failure = read_failure(workspace, args.generation)
+    if failure is not None:
+        raise failure  # a re-run of one that failed: the same answer (a new generation retries)
     try:  # imported only when asked for, so one source's missing module or library spares the rest
         module = importlib.import_module(f"controller.sync.sources.{args.source}")
     except ImportError as e:

@@ -261,3 +261,13 @@ def test_copy_times_out(ws: Workspace, tmp_path: Path) -> None:
 def test_usage_errors_exit_2(ws: Workspace) -> None:
     done = ws.run("receive", "--generation", "0", "--size", "10", "--sha256", "nothex")
     assert done.returncode == 2 and b"not a hex SHA-256" in done.stderr
+
+
+def test_fetch_of_a_failed_generation_reports_the_recorded_failure(ws: Workspace) -> None:
+    """A re-run sync pod: the same answer, whichever source, without fetching again."""
+    assert ws.receive(5, HOSTILE["fifo"][0]).returncode == 1
+    done = ws.run("fetch", "--source", "pvc", "--generation", "5")
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("InvalidArchive: fifo")
+    result = parse_termination_message(ws.termination_log.read_text())
+    assert (result.result, result.generation, result.reason) == ("Failed", 5, "InvalidArchive")
