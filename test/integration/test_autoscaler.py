@@ -71,7 +71,7 @@ def test_an_elastic_job_grows_into_freed_nodes_and_shrinks_for_rigid_work(
     tag = uuid.uuid4().hex[:6]
     forever, short = f"run-{tag}", f"done-{tag}"
     cluster.apply(queue_manifest(forever, outcome="run"))
-    cluster.apply(queue_manifest(short, outcome="succeed", duration="25s"))
+    cluster.apply(queue_manifest(short, outcome="succeed", duration="40s"))
     # a pass a second, and the whole cluster may be used: 4 × 8 GPUs is small for the 0.97 default
     app = start_controller("--autoscaler-period", "1", "--max-load-desired", "1")
 
