@@ -42,11 +42,7 @@ def waiting_for(job: JSON) -> str:
     for ctype in _PROGRESS:
         c = condition(job, ctype)
         if c is None:
-            return (
-                f"{ctype}: not reported yet (is the controller running?)"
-                if ctype == _PROGRESS[0]
-                else phase(job)
-            )
+            return f"{ctype}: not reported by the controller yet" if ctype == _PROGRESS[0] else phase(job)
         if c.get("status") != "True":
             return f"{ctype}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
     return phase(job)

@@ -311,7 +311,7 @@ def test_waiting_for_reads_the_first_condition_that_is_not_true() -> None:
         "reason": "ClaimNotBound",
         "message": "pvc train-workspace is Pending",
     }
-    assert waiting_for(job()) == "Admitted: not reported yet (is the controller running?)"
+    assert waiting_for(job()) == "Admitted: not reported by the controller yet"
     assert (
         waiting_for(job(conditions=[admitted, unbound]))
         == "WorkspaceReady=False ClaimNotBound: pvc train-workspace is Pending"
