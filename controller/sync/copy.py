@@ -19,6 +19,7 @@ from pathlib import Path
 from controller.sync import layout
 from controller.sync.errors import WORKSPACE_ERROR, SyncError
 from controller.sync.generations import Marker, read_marker
+from controller.sync.remove import remove_tree
 
 POLL_INTERVAL = 0.5
 
@@ -86,6 +87,6 @@ def _make_dir(path: str, mode: int) -> None:
 def _clear(path: str) -> None:
     """Remove whatever is at `path` (a leftover from an earlier, interrupted copy)."""
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
+        remove_tree(path)
     elif os.path.lexists(path):
         os.unlink(path)

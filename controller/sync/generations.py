@@ -17,9 +17,9 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,6 +30,7 @@ from controller.sync import layout
 from controller.sync.atomic import write_atomic
 from controller.sync.errors import INVALID_ARCHIVE, WORKSPACE_ERROR, SyncError
 from controller.sync.limits import Stats
+from controller.sync.remove import remove_tree
 
 Fill = Callable[[Path], Stats]
 
@@ -109,10 +110,10 @@ def _move_into_place(workspace: Path, generation: int, tmp: Path) -> None:
         _refuse_existing(workspace, generation)
         os.rename(tmp, layout.generation_dir(workspace, generation))
     except SyncError:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise SyncError(WORKSPACE_ERROR, f"cannot publish generation {generation}: {e}") from e
 
 
@@ -124,7 +125,7 @@ def _withdraw(workspace: Path, generation: int, error: SyncError) -> None:
         os.rename(final, aside)
     except OSError:
         return  # it stays unmarked, which every reader already ignores
-    shutil.rmtree(aside, ignore_errors=True)
+    remove_tree(aside)
     record_failure(workspace, generation, error)
 
 
@@ -146,9 +147,9 @@ def _fill_or_record(workspace: Path, generation: int, fill: Fill, tmp: Path) -> 
     except OSError as e:
         error = volume_error(e)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     record_failure(workspace, generation, error)
     raise error
 
@@ -171,9 +172,18 @@ def record_failure(workspace: Path, generation: int, error: SyncError) -> None:
 
 
 def _advance_current(workspace: Path, generation: int) -> None:
-    current = layout.read_current(workspace)
-    if current is None or generation > current:
-        write_atomic(layout.current_path(workspace), f"{generation}\n".encode())
+    """Point CURRENT at `generation` unless it names a newer one; two sync pods publishing at once
+    (a quick second hot reload) take turns on a lock file, so CURRENT never goes back."""
+    lock = os.open(
+        layout.generations_dir(workspace) / layout.CURRENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+    )
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = layout.read_current(workspace)
+        if current is None or generation > current:
+            write_atomic(layout.current_path(workspace), f"{generation}\n".encode())
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def read_marker(workspace: Path, generation: int) -> Marker | None:

@@ -8,6 +8,7 @@ in the bottom layer and imports nothing else from `controller`).
     <workspace>/generations/<G>/.sync_success  its marker (JSON), written after the rename
     <workspace>/generations/<G>.failed       a refused generation (JSON {"reason", "message"})
     <workspace>/generations/.tmp-<G>-<rand>/ being filled; never read
+    <workspace>/generations/.current.lock    held while CURRENT is read and replaced
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ GENERATIONS = "generations"
 MARKER = ".sync_success"
 FAILED_SUFFIX = ".failed"
 TMP_PREFIX = ".tmp-"
+CURRENT_LOCK = ".current.lock"  # in generations/, held while CURRENT is read and replaced
 
 ENV_WORKSPACE = "TORCHRUN_WORKSPACE"
 ENV_SOURCE_DIR = "TORCHRUN_SOURCE_DIR"

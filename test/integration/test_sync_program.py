@@ -20,6 +20,7 @@ import pytest
 from sync_archives import HOSTILE, SMALL_MAX_BYTES, SMALL_MAX_FILES, good_archive
 from testbed import REPO
 
+from controller.sync.layout import CURRENT_LOCK
 from controller.sync.termination import parse_termination_message
 
 
@@ -66,7 +67,7 @@ class Workspace:
     def generations(self, missing_ok: bool = False) -> list[str]:
         if missing_ok and not (self.root / "generations").exists():
             return []
-        return sorted(os.listdir(self.root / "generations"))
+        return sorted(set(os.listdir(self.root / "generations")) - {CURRENT_LOCK})
 
 
 @pytest.fixture

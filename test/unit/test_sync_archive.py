@@ -26,8 +26,9 @@ from sync_archives import (
 from controller.sync.archive import extract_archive
 from controller.sync.copy import copy_tree
 from controller.sync.errors import INVALID_ARCHIVE, SyncError
-from controller.sync.generations import volume_error
+from controller.sync.generations import publish, volume_error
 from controller.sync.limits import Limits, Stats
+from controller.sync.remove import remove_tree
 from controller.sync.tree import check_tree
 
 SMALL = Limits(max_bytes=SMALL_MAX_BYTES, max_files=SMALL_MAX_FILES)
@@ -115,6 +116,18 @@ def test_deep_tree_extracts_checks_and_copies(tmp_path: Path) -> None:
     assert check_tree(tmp_path / "g") == Stats(files=1501, bytes=4)
     copy_tree(tmp_path / "g", tmp_path / "copy")
     assert (tmp_path / "copy" / name).read_bytes() == b"deep"
+    for tree in ("g", "copy"):
+        remove_tree(tmp_path / tree)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_deep_tree_refused_at_its_end_is_cleaned_up(tmp_path: Path) -> None:
+    deep = "/".join(["d"] * 1500)
+    data = tar_gz([file(deep + "/leaf"), file(deep + "/../../x")])
+
+    with pytest.raises(SyncError, match="path traversal"):
+        publish(tmp_path, 0, lambda dest: extract_archive(io.BytesIO(data), dest, Limits()), source="upload")
+    assert sorted(os.listdir(tmp_path / "generations")) == ["0.failed"]
 
 
 def test_plain_tar_without_compression(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from controller.sync import layout
 from controller.sync.errors import SyncError
 from controller.sync.generations import Marker, publish, read_failure, read_marker, record_failure
+from controller.sync.layout import CURRENT_LOCK
 from controller.sync.limits import Stats
 
 
@@ -36,7 +38,7 @@ def failing(error: BaseException):  # type: ignore[no-untyped-def]
 
 
 def entries(workspace: Path) -> list[str]:
-    return sorted(os.listdir(workspace / "generations"))
+    return sorted(set(os.listdir(workspace / "generations")) - {CURRENT_LOCK})
 
 
 def test_publish_writes_tree_marker_and_current(tmp_path: Path) -> None:
@@ -62,6 +64,19 @@ def test_current_never_goes_back(tmp_path: Path) -> None:
     publish(tmp_path, 4, fill_with({"a": b""}), source="git")
     assert layout.read_current(tmp_path) == 5
     assert entries(tmp_path) == ["4", "5"]
+
+
+def test_concurrent_publishers_leave_current_at_the_newest(tmp_path: Path) -> None:
+    threads = [
+        threading.Thread(target=publish, args=(tmp_path, g, fill_with({"a": b""})), kwargs={"source": "git"})
+        for g in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert layout.read_current(tmp_path) == 15
+    assert entries(tmp_path) == sorted(str(g) for g in range(16))
 
 
 def test_failed_fill_leaves_only_the_failure_record(tmp_path: Path) -> None:
