@@ -78,7 +78,7 @@ def publish(
     tmp = _make_tmp(workspace, generation)
     stats = _fill_or_record(workspace, generation, fill, tmp)
     _move_into_place(workspace, generation, tmp)
-    marker = Marker(generation, sha256, stats.files, stats.bytes, source)
+    marker = Marker(generation, sha256 or stats.sha256, stats.files, stats.bytes, source)
     try:
         write_atomic(layout.marker_path(workspace, generation), marker.to_json().encode() + b"\n")
     except OSError as e:

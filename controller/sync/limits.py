@@ -23,10 +23,12 @@ class Limits:
 
 @dataclass(frozen=True)
 class Stats:
-    """What a filled generation holds: entries (files, dirs, links) and bytes of file data."""
+    """What a filled generation holds: entries (files, dirs, links) and bytes of file data, and
+    the SHA-256 of what it came from when only the fill knows it (an s3 archive object)."""
 
     files: int
     bytes: int
+    sha256: str | None = None
 
 
 class Tally:

@@ -756,7 +756,10 @@ def test_s3_archive_object_is_extracted(tmp_path: Path, s3: S3, key: str) -> Non
     gen = assert_synced(run, 0, "s3")
     assert tree(gen) == {"train.py": "print('s3')\n", "pkg": "/", "pkg/model.py": "W = 2\n"}
     assert mode(gen / "train.py") == 0o755 and mode(gen / "pkg/model.py") == 0o644
-    assert hashlib.sha256(s3.objects[key]).hexdigest() in run.stdout
+    digest = hashlib.sha256(s3.objects[key]).hexdigest()
+    assert digest in run.stdout
+    assert json.loads((gen / layout.MARKER).read_text())["sha256"] == digest  # the controller shows it
+    assert run.termination["sha256"] == digest
 
 
 def test_s3_prefix_is_copied_object_by_object(tmp_path: Path, s3: S3) -> None:

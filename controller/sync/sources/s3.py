@@ -22,6 +22,7 @@ What this module guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator, Mapping
@@ -82,17 +83,15 @@ def fetch(request: FetchRequest) -> Marker:
     if not request.uri:
         raise SyncError(S3_FETCH_FAILED, "the s3 source needs --uri")
     uri = parse_uri(request.uri)
-    digests: list[str | None] = []
 
     def fill(tmp: Path) -> Stats:
         fetched = download(tmp, uri, request.limits, request.env)
-        digests.append(fetched.sha256)
-        return fetched.stats
+        # a streamed object's digest is known only now: the marker takes it from the stats
+        return dataclasses.replace(fetched.stats, sha256=fetched.sha256)
 
     marker = publish(request.workspace, request.generation, fill, source="s3")
-    if digests[0]:
-        # publish takes the digest before fill runs, and a streamed object's is known only after
-        print(f"Fetched {uri}: sha256 of the object {digests[0]}", flush=True)
+    if marker.sha256:
+        print(f"Fetched {uri}: sha256 of the object {marker.sha256}", flush=True)
     return marker
 
 
