@@ -171,8 +171,11 @@ def upload(
     """Upload into `<job>-sync-<generation>`; the marker JSON `receive` printed. `PluginError`
     with the sync program's reason (or "interrupted") otherwise, saying to retry with `sync`."""
     pod = sync_pod_name(job, generation)
-    outcome = run_receive(kube, pod, receive_command(generation, archive), archive_path, progress)
     retry = f"the job stays as it was; retry with `kubectl torchrun sync {job}`"
+    try:
+        outcome = run_receive(kube, pod, receive_command(generation, archive), archive_path, progress)
+    except KeyboardInterrupt:
+        raise PluginError(f"upload interrupted (Ctrl-C); {retry}", code=130) from None
     if outcome.exit_code is None:
         raise PluginError(f"upload interrupted ({outcome.status_message or 'no exit status'}); {retry}")
     if outcome.exit_code != 0:

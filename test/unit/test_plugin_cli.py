@@ -14,12 +14,13 @@ import pytest
 import yaml
 from websocket import WebSocketConnectionClosedException
 
+from controller.plugin import logs as logs_module
 from controller.plugin import main as main_module
 from controller.plugin import upload as upload_module
 from controller.plugin.archive import Archive
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import load_target, status_message
-from controller.plugin.logs import prefixed, rank_of, selected
+from controller.plugin.logs import LogFollower, prefixed, rank_of, selected
 from controller.plugin.main import build_parser, main
 from controller.plugin.manifest import SubmitSpec, command_text, generate_name, job_manifest, parse_env
 from controller.plugin.upload import ExecOutcome, exit_code, failure_line, receive_command
@@ -422,7 +423,7 @@ class FakeExec:
 
 
 def run_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_for: Any) -> tuple[FakeExec, list[int]]:
-    data = bytes(range(256)) * 4096  # 1 MiB: several stdin frames
+    data = bytes(range(256)) * (upload_module.CHUNK // 64)  # four stdin frames
     (tmp_path / "a.tar.gz").write_bytes(data)
     archive = Archive(sha256="ab" * 32, size=len(data), files=1, bytes=1)
     fake = fake_for(len(data))
@@ -473,4 +474,48 @@ def test_a_connection_lost_mid_upload_is_an_interrupted_upload(
     assert exc.value.message == (
         "upload interrupted (connection lost: Connection to remote host was lost.); "
         "the job stays as it was; retry with `kubectl torchrun sync train`"
+    )
+
+
+def test_following_reattaches_to_replaced_pods_prints_each_line_once_and_stops_at_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = [pod("train-0-a", "0", phase="Running"), pod("train-1-a", "1", phase="Running")]
+    second = [pod("train-0-b", "0", phase="Running"), pod("train-1-b", "1", phase="Pending")]
+    # what the API shows on each refresh: the first attempt, then a whole-job restart's pods
+    # (rank 1 still pending, then running), then the finished job
+    script = [
+        ("Running", first),
+        ("Running", second),
+        ("Running", [*second[:1], pod("train-1-b", "1", phase="Running")]),
+        ("Succeeded", []),
+    ]
+    step = {"n": 0}
+
+    def get_job(_kube: Any, name: str) -> dict[str, Any]:
+        return job(script[step["n"]][0])
+
+    def job_pods(*_: Any) -> list[dict[str, Any]]:
+        pods = script[step["n"]][1]
+        step["n"] = min(step["n"] + 1, len(script) - 1)
+        return pods
+
+    opened: list[str] = []
+
+    class Kube:
+        namespace = "ns"
+
+        def open_lines(self, path: str, query: Any) -> Any:
+            name = path.split("/")[-2]
+            opened.append(name)
+            return iter([f"{name} step 1\n".encode(), f"{name} step 2\n".encode()])
+
+    monkeypatch.setattr(logs_module, "get_job", get_job)
+    monkeypatch.setattr(logs_module, "job_pods", job_pods)
+    out: list[str] = []
+    final = LogFollower(Kube(), "train", None, prefix=True, out=out.append, refresh=0.01, grace=0.05).follow()  # type: ignore[arg-type]
+    assert final["status"]["phase"] == "Succeeded"
+    assert sorted(opened) == ["train-0-a", "train-0-b", "train-1-a", "train-1-b"]  # each pod once
+    assert sorted(out) == sorted(
+        f"[rank {r}] train-{r}-{g} step {s}" for r in (0, 1) for g in ("a", "b") for s in (1, 2)
     )
