@@ -113,7 +113,7 @@ def test_defaults_appear_on_objects_read_back(
         "rdzvPort": 29400,
         "maxRestarts": 0,
     }
-    assert job["workspace"] == {"source": "upload", "mountPath": "/app"}
+    assert job["workspace"] == {"source": "upload", "mountPath": "/app", "generation": 0}
     assert job["failurePolicy"] == {"maxRestarts": 0, "backoffLimitPerNode": 0, "maxRetriableFailures": 10}
     assert job["suspend"] is False
 

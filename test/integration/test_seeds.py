@@ -209,17 +209,25 @@ def test_the_seed_jobs_as_written_wait_for_their_upload_then_run(
         assert waiting["status"]["phase"] == "Syncing"
         assert cluster.get("pvc", f"{name}-workspace", "-n", namespace)["metadata"]["name"]
     assert not cluster.get("jobs", "-n", namespace)["items"]
+    # together they need 10 whole nodes (the test bed has 8): each runs, then makes room
     for name in JOBS:
         wait_until(
             lambda n=name: pod_running(cluster, namespace, f"{n}-sync-0"), 60, message=f"{name}-sync-0"
         )
         sent = upload(cluster, namespace, f"{name}-sync-0", archive({"train.py": b"print('seed')\n"}), 0)
         assert sent.returncode == 0, sent.stderr.decode()
-    for name in JOBS:
         wait_until(
             lambda n=name: with_reason(cluster, namespace, n, "Running", "AllWorkersRunning"),
             120,
             message=f"{name} Running after its upload",
+        )
+        suspend = '{"spec":{"suspend":true}}'  # its workers go, its room is free for the next
+        cluster.kubectl("patch", "tj", name, "-n", namespace, "--type=merge", "-p", suspend)
+        selector = f"torchrun-job-name={name},torchrun.ai/role=worker"
+        wait_until(
+            lambda s=selector: not cluster.get("pods", "-n", namespace, "-l", s)["items"],
+            60,
+            message=f"{name}'s workers gone",
         )
     app.recorder.flush()
     events = cluster.get(
