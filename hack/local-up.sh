@@ -31,8 +31,9 @@ cat <<MSG
   The local control plane is up. In another terminal:
 
     export KUBECONFIG=$KUBECONFIG_PATH
-    export PATH=$KUBE_BIN:\$PATH        # the kubectl built with the control plane
+    export PATH=$KUBE_BIN:$VENV/bin:\$PATH   # kubectl built with the control plane, kubectl-torchrun
     kubectl get nodes
+    kubectl torchrun list
 
   Press Ctrl-C here to stop everything.
 
