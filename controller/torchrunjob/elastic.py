@@ -32,12 +32,12 @@ import structlog
 
 from controller.api import JOB_LABEL, JobTopology, TorchrunJob
 from controller.cache import Lister
-from controller.meta import controller_of, is_controlled_by
+from controller.meta import is_controlled_by
 from controller.rest.client import RESTClient
-from controller.rest.errors import ApiError
-from controller.rest.resources import JOBS, PODS
+from controller.rest.resources import JOBS
 from controller.torchrunjob import status as st
 from controller.torchrunjob.builders import COMPLETION_INDEX_ANNOTATION
+from controller.torchrunjob.evictions import evict_live_workers
 
 log = structlog.get_logger("torchrunjob")
 Obj = Mapping[str, Any]
@@ -93,25 +93,10 @@ class ElasticSize:
 
     def evict_from(self, job: TorchrunJob, worker_job: Obj, rank: int) -> int:
         """Evict the live pods of `worker_job` of node rank `rank` and above; how many."""
-        uid = worker_job["metadata"]["uid"]
-        evicted = 0
-        for pod in self.pods.list(job.namespace, {JOB_LABEL: job.name}):
-            meta = pod["metadata"]
-            ref = controller_of(pod)
+        pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
+
+        def above(pod: Obj) -> bool:
             index = _node_rank(pod)
-            if (
-                ref is None
-                or ref.get("uid") != uid
-                or index is None
-                or index < rank
-                or meta.get("deletionTimestamp")
-                or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            ):
-                continue
-            try:
-                self.client.evict(PODS, meta["name"], job.namespace, uid=meta.get("uid"))
-                evicted += 1
-            except ApiError as exc:
-                if not (exc.not_found or exc.conflict):
-                    raise
-        return evicted
+            return index is not None and index >= rank
+
+        return evict_live_workers(self.client, pods, worker_job, above)

@@ -43,6 +43,7 @@ from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS, PODS, PVCS
 from controller.torchrunjob.children import Children, NameConflict
+from controller.torchrunjob.evictions import evict_live_workers
 from controller.torchrunjob.status import unschedulable
 from controller.torchrunjob.storage import (
     GENERATION_ANNOTATION,
@@ -243,23 +244,14 @@ class WorkspaceSync:
             return 0
         if status.workspace_generation <= made_for:
             return 0
-        uid = worker_job["metadata"]["uid"]
-        evicted = 0
-        for pod in self.children.listers[PODS].list(job.namespace, {JOB_LABEL: job.name}):
-            meta = pod["metadata"]
-            if not is_controlled_by(pod, uid) or meta.get("deletionTimestamp"):
-                continue
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            if parse_time(meta["creationTimestamp"]) > status.workspace_sync_time:
-                continue
-            try:
-                self.client.evict(PODS, meta["name"], job.namespace, uid=meta.get("uid"))
-                evicted += 1
-            except ApiError as exc:
-                if not (exc.not_found or exc.conflict):
-                    raise
-        return evicted
+        synced_at = status.workspace_sync_time
+        pods = self.children.listers[PODS].list(job.namespace, {JOB_LABEL: job.name})
+        return evict_live_workers(
+            self.client,
+            pods,
+            worker_job,
+            lambda pod: parse_time(pod["metadata"]["creationTimestamp"]) <= synced_at,
+        )
 
 
 def _generation_of(obj: Obj) -> int:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import os
 import subprocess
-import tarfile
 import uuid
 from pathlib import Path
 from typing import Any
 
+from sync_archives import file, tar_gz
 from testbed import Cluster, wait_until
 
 SYNC_LABELS = {"torchrun.ai/role": "sync", "torchrun-job-name": "demo"}
@@ -74,14 +73,7 @@ def fetch_upload(generation: int = 0) -> list[str]:
 
 
 def archive(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path, data in sorted(files.items()):
-            info = tarfile.TarInfo(path)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return tar_gz(file(path, data) for path, data in sorted(files.items()))
 
 
 def kubectl_bytes(

@@ -12,16 +12,15 @@ termination message) and a hostPath provisioner stands for a storage driver (hac
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import subprocess
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jobs import condition, make_job, queue_manifest
+from sync_archives import file, tar_gz
 from testbed import Cluster, wait_until
 
 from controller.cmd.main import App
@@ -31,14 +30,7 @@ Files = dict[str, bytes]
 
 def archive(files: Files) -> bytes:
     """A tar.gz of `files` as the plugin writes one."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return tar_gz(file(name, data) for name, data in sorted(files.items()))
 
 
 def upload(
@@ -68,6 +60,10 @@ def with_condition(cluster: Cluster, ns: str, name: str, ctype: str, reason: str
 def pod_running(cluster: Cluster, ns: str, name: str) -> bool:
     pods = cluster.get("pods", "-n", ns, "--field-selector", f"metadata.name={name}")["items"]
     return bool(pods) and pods[0]["status"].get("phase") == "Running"
+
+
+def gone(cluster: Cluster, ns: str, kind: str, name: str) -> bool:
+    return not cluster.get(kind, "-n", ns, "--field-selector", f"metadata.name={name}")["items"]
 
 
 def events(cluster: Cluster, ns: str, name: str) -> list[dict[str, Any]]:
@@ -257,13 +253,7 @@ def test_checkpoints_without_persist_go_with_the_job(
     assert pvc["metadata"]["ownerReferences"][0]["kind"] == "TorchrunJob"
     cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
     wait_until(
-        lambda: (
-            not cluster.get("pvc", "-n", namespace, "--field-selector", "metadata.name=train-checkpoints")[
-                "items"
-            ]
-        ),
-        60,
-        message="the checkpoints PVC deleted with its job",
+        lambda: gone(cluster, namespace, "pvc", "train-checkpoints"), 60, message="PVC deleted with its job"
     )
 
 
@@ -325,15 +315,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     assert reloaded["status"]["restarts"] == running["status"]["restarts"] == 0
     app.recorder.flush()
     assert "WorkspaceReloaded" in {e["reason"] for e in events(cluster, namespace, "train")}
-    wait_until(
-        lambda: (
-            not cluster.get("pods", "-n", namespace, "--field-selector", "metadata.name=train-sync-0")[
-                "items"
-            ]
-        ),
-        60,
-        message="the sync pod of the old generation removed",
-    )
+    wait_until(lambda: gone(cluster, namespace, "pods", "train-sync-0"), 60, message="old sync pod removed")
 
     # a failed generation 2 leaves generation 1 and its pods alone
     cluster.kubectl(
