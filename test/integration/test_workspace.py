@@ -62,6 +62,12 @@ def pod_running(cluster: Cluster, ns: str, name: str) -> bool:
     return bool(pods) and pods[0]["status"].get("phase") == "Running"
 
 
+def set_generation(cluster: Cluster, ns: str, name: str, generation: int) -> None:
+    """What `kubectl torchrun sync` does before it uploads: ask for the next generation."""
+    patch = json.dumps({"spec": {"workspace": {"generation": generation}}})
+    cluster.kubectl("patch", "torchrunjob", name, "-n", ns, "--type=merge", "-p", patch)
+
+
 def gone(cluster: Cluster, ns: str, kind: str, name: str) -> bool:
     return not cluster.get(kind, "-n", ns, "--field-selector", f"metadata.name={name}")["items"]
 
@@ -277,16 +283,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     before = {p["metadata"]["uid"] for p in worker_pods(cluster, namespace)}
     assert len(before) == 2
 
-    cluster.kubectl(
-        "patch",
-        "torchrunjob",
-        "train",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"workspace":{"generation":1}}}',
-    )
+    set_generation(cluster, namespace, "train", 1)
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-1"), 60, message="train-sync-1 running")
     reloading = with_condition(cluster, namespace, "train", "WorkspaceReady", "Reloading")
     assert reloading is not None and reloading["status"]["phase"] == "Running"
@@ -318,16 +315,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     wait_until(lambda: gone(cluster, namespace, "pods", "train-sync-0"), 60, message="old sync pod removed")
 
     # a failed generation 2 leaves generation 1 and its pods alone
-    cluster.kubectl(
-        "patch",
-        "torchrunjob",
-        "train",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"workspace":{"generation":2}}}',
-    )
+    set_generation(cluster, namespace, "train", 2)
     wait_until(lambda: pod_running(cluster, namespace, "train-sync-2"), 60, message="train-sync-2 running")
     assert upload(cluster, namespace, "train-sync-2", b"garbage", 2).returncode != 0
     failed = wait_until(
