@@ -19,7 +19,7 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import urllib3
 import yaml
@@ -28,6 +28,9 @@ from kubernetes import config as _k8s_config
 from kubernetes.client.rest import RESTClientObject
 
 from controller.plugin.errors import ApiError, PluginError
+from controller.rest.client import request_headers
+
+USER_AGENT = "kubectl-torchrun"
 
 DEFAULT_KUBECONFIG = os.path.join("~", ".kube", "config")
 REQUEST_TIMEOUT = 30.0
@@ -135,16 +138,6 @@ class Kube:
         self.server = str(target.configuration.host)
         self._pool = RESTClientObject(target.configuration).pool_manager
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "kubectl-torchrun"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        settings = cast(dict[str, dict[str, Any]], self.configuration.auth_settings())
-        for auth in settings.values():
-            if auth.get("value"):
-                headers[str(auth["key"])] = str(auth["value"])
-        return headers
-
     def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
         return self.server + path + (("?" + urllib.parse.urlencode(query)) if query else "")
 
@@ -163,7 +156,9 @@ class Kube:
                 method,
                 self.url(path, query),
                 body=data,
-                headers=self._headers(content_type or ("application/json" if data else None)),
+                headers=request_headers(
+                    self.configuration, USER_AGENT, content_type or ("application/json" if data else None)
+                ),
                 preload_content=not stream,
                 timeout=urllib3.Timeout(connect=10.0, read=None if stream else REQUEST_TIMEOUT),
             )

@@ -81,24 +81,22 @@ def delete_job(kube: Kube, name: str) -> None:
         raise (_missing_job(kube, name) if exc.not_found else exc) from None
 
 
-def get_queue(kube: Kube, name: str) -> JSON | None:
+def _get_or_none(kube: Kube, path: str) -> JSON | None:
     try:
-        queue: JSON = kube.request("GET", f"/apis/{API_VERSION}/{QUEUE_PLURAL}/{name}")
+        obj: JSON = kube.request("GET", path)
     except ApiError as exc:
         if exc.not_found:
             return None
         raise
-    return queue
+    return obj
+
+
+def get_queue(kube: Kube, name: str) -> JSON | None:
+    return _get_or_none(kube, f"/apis/{API_VERSION}/{QUEUE_PLURAL}/{name}")
 
 
 def get_pod(kube: Kube, name: str) -> JSON | None:
-    try:
-        pod: JSON = kube.request("GET", f"/api/v1/namespaces/{kube.namespace}/pods/{name}")
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
-    return pod
+    return _get_or_none(kube, f"/api/v1/namespaces/{kube.namespace}/pods/{name}")
 
 
 def job_pods(kube: Kube, job: str, role: str | None = None) -> list[JSON]:

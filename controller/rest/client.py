@@ -85,6 +85,19 @@ def is_retryable(method: str, exc: BaseException) -> bool:
     return method == "GET" and isinstance(exc, _CONNECTION_ERRORS)
 
 
+def request_headers(configuration: Any, user_agent: str, content_type: str | None) -> dict[str, str]:
+    """JSON headers with the configuration's credentials (bearer token, API key), fresh per call
+    because an exec or refresh credential plugin may rotate them."""
+    headers = {"Accept": "application/json", "User-Agent": user_agent}
+    if content_type:
+        headers["Content-Type"] = content_type
+    settings = cast(dict[str, dict[str, Any]], configuration.auth_settings())
+    for auth in settings.values():
+        if auth.get("value"):
+            headers[str(auth["key"])] = str(auth["value"])
+    return headers
+
+
 class RESTClient:
     def __init__(
         self,
@@ -114,16 +127,6 @@ class RESTClient:
         self.write_fence = write_fence
 
     # -- plumbing ---------------------------------------------------------------------------
-
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
-        if content_type:
-            headers["Content-Type"] = content_type
-        settings = cast(dict[str, dict[str, Any]], self.configuration.auth_settings())
-        for auth in settings.values():
-            if auth.get("value"):
-                headers[str(auth["key"])] = str(auth["value"])
-        return headers
 
     def _send(
         self,
@@ -156,7 +159,7 @@ class RESTClient:
                 method,
                 url,
                 body=data,
-                headers=self._headers(content_type),
+                headers=request_headers(self.configuration, self.user_agent, content_type),
                 timeout=urllib3.Timeout(total=timeout)
                 if timeout is not None
                 else urllib3.Timeout(connect=10.0, read=read_timeout or self.timeout),
