@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The two images the real node (containerd + kubelet) runs, as docker archives that
+# `ctr images import` takes, so the node needs no registry:
+#   controller  the project's Dockerfile, built by hack/testbed/build-image.sh (sync pods and the
+#               workers' code-copying init container run it), exported from buildah's storage;
+#   train       the workers' image localhost/torchrun-train:<key>: a Debian bookworm root filesystem
+#               from mmdebstrap with python3 (`python` too) and Debian's python3-torch 1.13.1 (CPU,
+#               gloo; it ships /usr/bin/torchrun, so no wrapper) and python3-etcd (torchrun's etcd
+#               rendezvous backends), committed with buildah and exported the same way.
+# Inside containerd each image has exactly its buildah name, `localhost/<name>:<tag>`: a docker
+# archive records it in manifest.json's RepoTags and ctr imports it as written ("localhost" is a
+# registry host, so nothing is prefixed with docker.io/library/) — the name a pod spec uses, with
+# imagePullPolicy IfNotPresent or Never (there is no registry at localhost to pull from).
+#
+# Cached outside the repository like the other hack/ builds, in $CACHE_DIR/node-images/: one archive
+# per image name, and the controller's tag is already the key of its inputs (build-image.sh), the
+# train image's the key of its recipe (suite, mirror, packages, the functions that make it). A warm
+# run only checks that the archives exist. Installs buildah and mmdebstrap from Debian when they
+# are missing (as root). Two runs at once: one builds, the other waits for it.
+#   hack/testbed/build-node-images.sh   build if needed; prints NAME=VALUE lines:
+#     CONTROLLER_IMAGE, CONTROLLER_ARCHIVE, TRAIN_IMAGE, TRAIN_ARCHIVE (the names and the files),
+#     CONTROLLER_EXPORT_SECONDS, TRAIN_ROOTFS_SECONDS (mmdebstrap), TRAIN_COMMIT_SECONDS (buildah
+#     add + commit), TRAIN_EXPORT_SECONDS: what the cold steps took when they ran
+#   hack/testbed/build-node-images.sh import ADDRESS
+#     the same, then imports both archives into the containerd at socket ADDRESS, namespace k8s.io,
+#     unpacked for the snapshotter $TORCHRUN_SNAPSHOTTER (default overlayfs, the CRI's default);
+#     an image already there under its exact name is skipped. Also prints IMPORT_SECONDS.
+# On failure it exits non-zero with the reason on its last line of stderr.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+NODE_DIR="$CACHE_DIR/node-images"
+SUITE=bookworm
+MIRROR="${TORCHRUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+TRAIN_PACKAGES=python3,python-is-python3,python3-torch,python3-etcd,netbase
+SNAPSHOTTER="${TORCHRUN_SNAPSHOTTER:-overlayfs}"
+
+fail() {
+  log "node images failed: $*"
+  exit 1
+}
+
+need_tools() {
+  command -v buildah >/dev/null && command -v mmdebstrap >/dev/null && return
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    log "installing buildah and mmdebstrap from Debian"
+    # shellcheck disable=SC2015  # fail when either fails
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >&2 \
+      || fail "apt-get could not install buildah and mmdebstrap"
+  else
+    fail "buildah and mmdebstrap are needed (Debian packages); not root or no apt-get, so not installed"
+  fi
+}
+
+archive_of() {  # archive_of IMAGE: its archive's path (localhost/a:b -> a-b.tar)
+  local base=${1#localhost/}
+  echo "$NODE_DIR/${base//[:\/]/-}.tar"
+}
+
+export_image() {  # export_image IMAGE ARCHIVE STORAGE...: IMAGE from that storage into ARCHIVE
+  local image=$1 archive=$2; shift 2
+  # docker-archive:PATH:NAME writes NAME into manifest.json's RepoTags: the name ctr imports
+  rm -f "$archive.tmp"
+  buildah "$@" push --quiet "$image" "docker-archive:$archive.tmp:$image" >&2 \
+    || { rm -f "$archive.tmp"; return 1; }
+  mv "$archive.tmp" "$archive"
+}
+
+controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CONTROLLER_ARCHIVE
+  local out image root runroot archive start
+  out=$("$HACK_DIR/testbed/build-image.sh") || fail "hack/testbed/build-image.sh failed (its reason is above)"
+  image=$(sed -n 's/^IMAGE=//p' <<<"$out")
+  root=$(sed -n 's/^ROOT=//p' <<<"$out")
+  runroot=$(sed -n 's/^RUNROOT=//p' <<<"$out")
+  if [ -z "$image" ] || [ -z "$root" ] || [ -z "$runroot" ]; then
+    fail "build-image.sh printed no IMAGE/ROOT/RUNROOT: $out"
+  fi
+  archive=$(archive_of "$image")
+  if [ ! -f "$archive" ]; then
+    log "exporting $image to $archive"
+    start=$(date +%s)
+    export_image "$image" "$archive" --storage-driver vfs --root "$root" --runroot "$runroot" \
+      || fail "buildah could not export $image from $root"
+    echo "CONTROLLER_EXPORT_SECONDS=$(( $(date +%s) - start ))" > "${archive%.tar}.seconds"
+    log "exported in $(( $(date +%s) - start ))s ($(du -m "$archive" | cut -f1) MiB)"
+    # one controller archive: every source change makes a new one of ~0.5 GB
+    find "$NODE_DIR" -maxdepth 1 -name 'torchrun-controller-*.tar' ! -path "$archive" -delete
+  fi
+  CONTROLLER_IMAGE=$image CONTROLLER_ARCHIVE=$archive
+  echo "CONTROLLER_IMAGE=$image"
+  echo "CONTROLLER_ARCHIVE=$archive"
+  cat "${archive%.tar}.seconds" 2>/dev/null || echo "CONTROLLER_EXPORT_SECONDS=unknown"
+}
+
+train_key() {
+  { echo "$SUITE $MIRROR $TRAIN_PACKAGES"; sed -n '/^train_rootfs()/,/^train_image()/p' "$0"; } \
+    | sha256sum | cut -c1-12
+}
+
+# shellcheck disable=SC2016  # the hooks' "$1" (the root) is mmdebstrap's to expand
+train_rootfs() {  # train_rootfs TAR: the root filesystem of the training image
+  mmdebstrap --variant=apt --include="$TRAIN_PACKAGES" \
+    --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Retries "3"' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='chroot "$1" sh -c "command -v torchrun && command -v python" >/dev/null' \
+    --customize-hook='chroot "$1" python3 -c "import torch.distributed as d; assert d.is_gloo_available()"' \
+    "$SUITE" "$1" "$MIRROR" >&2
+}
+
+train_commit() {  # train_commit TAR IMAGE STORAGE...: TAR as the only layer of IMAGE
+  local tar=$1 image=$2 ctr; shift 2
+  ctr=$(buildah "$@" from scratch) || return 1
+  buildah "$@" add "$ctr" "$tar" / >/dev/null || return 1
+  buildah "$@" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd python3 "$ctr" || return 1
+  buildah "$@" commit --quiet --rm "$ctr" "$image" >/dev/null
+}
+
+train_image() {  # prints TRAIN_* lines; sets TRAIN_IMAGE and TRAIN_ARCHIVE
+  local key image archive work t0 t1 t2 t3
+  key=$(train_key)
+  image="localhost/torchrun-train:$key"
+  archive=$(archive_of "$image")
+  if [ ! -f "$archive" ]; then
+    # a storage of its own, removed after the export: the archive is the cache
+    work="$NODE_DIR/work-$key"
+    local storage=(--storage-driver vfs --root "$work/storage" --runroot "$work/run")
+    rm -rf "$work" && mkdir -p "$work"
+    log "making the training image $image (mmdebstrap $SUITE: $TRAIN_PACKAGES)"
+    t0=$(date +%s)
+    train_rootfs "$work/rootfs.tar" || fail "mmdebstrap could not make the $SUITE root filesystem from $MIRROR"
+    t1=$(date +%s)
+    train_commit "$work/rootfs.tar" "$image" "${storage[@]}" || fail "buildah could not commit $image"
+    rm -f "$work/rootfs.tar"
+    t2=$(date +%s)
+    export_image "$image" "$archive" "${storage[@]}" || fail "buildah could not export $image"
+    t3=$(date +%s)
+    buildah "${storage[@]}" rmi --all >/dev/null 2>&1 || true
+    rm -rf "$work"
+    printf 'TRAIN_ROOTFS_SECONDS=%s\nTRAIN_COMMIT_SECONDS=%s\nTRAIN_EXPORT_SECONDS=%s\n' \
+      $((t1 - t0)) $((t2 - t1)) $((t3 - t2)) > "${archive%.tar}.seconds"
+    log "training image made in $((t3 - t0))s ($(du -m "$archive" | cut -f1) MiB)"
+  fi
+  TRAIN_IMAGE=$image TRAIN_ARCHIVE=$archive
+  echo "TRAIN_IMAGE=$image"
+  echo "TRAIN_ARCHIVE=$archive"
+  cat "${archive%.tar}.seconds" 2>/dev/null \
+    || printf 'TRAIN_ROOTFS_SECONDS=unknown\nTRAIN_COMMIT_SECONDS=unknown\nTRAIN_EXPORT_SECONDS=unknown\n'
+}
+
+import_images() {  # import_images ADDRESS: both archives into containerd at ADDRESS
+  local address=$1 pair image archive start
+  local ctr=(ctr --address "$address" --namespace k8s.io)
+  start=$(date +%s)
+  command -v ctr >/dev/null || fail "ctr (Debian's containerd package) is needed to import"
+  "${ctr[@]}" version >/dev/null 2>&1 || fail "no containerd answers at $address"
+  for pair in "$CONTROLLER_IMAGE $CONTROLLER_ARCHIVE" "$TRAIN_IMAGE $TRAIN_ARCHIVE"; do
+    read -r image archive <<<"$pair"
+    if [ -n "$("${ctr[@]}" images ls --quiet "name==$image")" ]; then
+      log "$image is already in containerd"
+      continue
+    fi
+    log "importing $image into containerd at $address"
+    "${ctr[@]}" images import --snapshotter "$SNAPSHOTTER" "$archive" >&2 \
+      || fail "ctr could not import $archive into $address"
+    [ -n "$("${ctr[@]}" images ls --quiet "name==$image")" ] \
+      || fail "after importing $archive, containerd has no image named $image"
+  done
+  echo "IMPORT_SECONDS=$(( $(date +%s) - start ))"
+}
+
+main() {
+  local mode=${1:-build}
+  case $mode in
+    build) ;;
+    import) [ $# -eq 2 ] || fail "usage: $0 import ADDRESS" ;;
+    *) fail "usage: $0 [import ADDRESS]" ;;
+  esac
+  cd "$REPO_DIR"
+  need_tools
+  mkdir -p "$NODE_DIR"
+  exec 9>"$NODE_DIR/.lock"
+  flock 9
+  controller_image
+  train_image
+  [ "$mode" = build ] || import_images "$2"
+}
+
+main "$@"
