@@ -9,15 +9,20 @@
 #   hack/controlplane.sh stop COMPONENT     stop one component (etcd, kube-apiserver, ..., node-agent)
 #   hack/controlplane.sh start COMPONENT    start one component again (same ports and data)
 #   hack/controlplane.sh env                print the export line for kubectl
+#   hack/controlplane.sh leftovers          what a real node left on the host (mounts, links,
+#                                           cgroups, processes); prints nothing when clean
 #
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
 # TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110), TORCHRUN_PYTHON (the Python of the node
 # agent and the sync pods; default: the first of `python`, `python3` on PATH that imports this
 # checkout's `controller`, else hack/venv.sh's).
+# TORCHRUN_REAL_NODE=1 adds one real node, `realnode-0` (hack/testbed/realnode.sh: containerd,
+# kubelet, bridge CNI, CoreDNS; root only), components containerd, coredns and kubelet.
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
+source "$(dirname "$0")/testbed/realnode.sh"
 
 NODES=${TORCHRUN_NODES:-4}
 NODE_GPUS=${TORCHRUN_NODE_GPUS:-8}
@@ -285,6 +290,9 @@ start_component() {
     kube-scheduler) start_scheduler ;;
     kwok) start_kwok ;;
     node-agent) start_node_agent ;;
+    containerd) start_containerd ;;
+    coredns) realnode_ports; start_coredns ;;
+    kubelet) realnode_ports; start_kubelet ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -319,13 +327,16 @@ up() {
   start_kwok
   start_node_agent
   create_nodes
+  if [ "${TORCHRUN_REAL_NODE:-0}" = 1 ]; then realnode_up; fi
   wait_for "default service account" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get serviceaccount default -n default
-  log "control plane up in $(python3 -c "import time;print(round(time.time()-$t0,1))")s: $NODES fake GPU nodes"
+  log "control plane up in $(python3 -c "import time;print(round(time.time()-$t0,1))")s: $NODES fake GPU nodes$(
+    [ "${TORCHRUN_REAL_NODE:-0}" = 1 ] && echo " and the real node $REAL_NODE")"
   env_line
 }
 
 down() {
   local c
+  realnode_down  # first: it drains its pods through the API server
   for c in node-agent kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
 }
 
@@ -337,5 +348,6 @@ case ${1:-} in
   start) start_component "$2" ;;
   stop) stop_component "$2" ;;
   env) env_line ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  leftovers) realnode_leftovers ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
