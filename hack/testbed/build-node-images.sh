@@ -5,8 +5,9 @@
 #               workers' code-copying init container run it), exported from buildah's storage;
 #   train       the workers' image localhost/torchrun-train:<key>: a Debian bookworm root filesystem
 #               from mmdebstrap with python3 (`python` too) and Debian's python3-torch 1.13.1 (CPU,
-#               gloo; it ships /usr/bin/torchrun, so no wrapper) and python3-etcd (torchrun's etcd
-#               rendezvous backends), committed with buildah and exported the same way.
+#               gloo; it ships /usr/bin/torchrun, so no wrapper; patched to launch under Python 3.11,
+#               see STD_PATCH) and python3-etcd (torchrun's etcd rendezvous backends), committed
+#               with buildah and exported the same way.
 # Inside containerd each image has exactly its buildah name, `localhost/<name>:<tag>`: a docker
 # archive records it in manifest.json's RepoTags and ctr imports it as written ("localhost" is a
 # registry host, so nothing is prefixed with docker.io/library/) — the name a pod spec uses, with
@@ -67,6 +68,11 @@ export_image() {  # export_image IMAGE ARCHIVE STORAGE...: IMAGE from that stora
   mv "$archive.tmp" "$archive"
 }
 
+prune() {  # prune NAME ARCHIVE: remove NAME's other archives (each is 0.5-1.2 GB)
+  find "$NODE_DIR" -maxdepth 1 \( -name "$1-*.tar" -o -name "$1-*.seconds" \) \
+    ! -path "$2" ! -path "${2%.tar}.seconds" -delete
+}
+
 controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CONTROLLER_ARCHIVE
   local out image root runroot archive start
   out=$("$HACK_DIR/testbed/build-image.sh") || fail "hack/testbed/build-image.sh failed (its reason is above)"
@@ -84,8 +90,7 @@ controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CON
       || fail "buildah could not export $image from $root"
     echo "CONTROLLER_EXPORT_SECONDS=$(( $(date +%s) - start ))" > "${archive%.tar}.seconds"
     log "exported in $(( $(date +%s) - start ))s ($(du -m "$archive" | cut -f1) MiB)"
-    # one controller archive: every source change makes a new one of ~0.5 GB
-    find "$NODE_DIR" -maxdepth 1 -name 'torchrun-controller-*.tar' ! -path "$archive" -delete
+    prune torchrun-controller "$archive"
   fi
   CONTROLLER_IMAGE=$image CONTROLLER_ARCHIVE=$archive
   echo "CONTROLLER_IMAGE=$image"
@@ -94,9 +99,21 @@ controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CON
 }
 
 train_key() {
-  { echo "$SUITE $MIRROR $TRAIN_PACKAGES"; sed -n '/^train_rootfs()/,/^train_image()/p' "$0"; } \
+  { echo "$SUITE $MIRROR $TRAIN_PACKAGES"; echo "$STD_PATCH"; sed -n '/^train_rootfs()/,/^train_image()/p' "$0"; } \
     | sha256sum | cut -c1-12
 }
+
+# Debian's torch 1.13.1 under Python 3.11 cannot launch anything with torchrun's defaults: the
+# `--redirects 0`/`--tee 0` it parses go through a loop over the IntFlag `Std`, which 3.11 no longer
+# yields the zero member from, so `to_map` fails with "'NoneType' object has no attribute 'get'".
+# The image carries the fix torch 2.0 made (`Std(int(v))`), so the workers run torchrun as built.
+STD_PATCH='import pathlib, py_compile
+p = pathlib.Path("/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py")
+old = "            for s in Std:\n                if s == v:\n                    return s\n"
+src = p.read_text()
+assert src.count(old) == 1, "the Std loop of torch 1.13 is not in " + str(p)
+p.write_text(src.replace(old, "            return Std(v)\n"))
+py_compile.compile(str(p), doraise=True)'
 
 # shellcheck disable=SC2016  # the hooks' "$1" (the root) is mmdebstrap's to expand
 train_rootfs() {  # train_rootfs TAR: the root filesystem of the training image
@@ -105,6 +122,9 @@ train_rootfs() {  # train_rootfs TAR: the root filesystem of the training image
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='chroot "$1" python3 - <<"PY"
+'"$STD_PATCH"'
+PY' \
     --customize-hook='chroot "$1" sh -c "command -v torchrun && command -v python" >/dev/null' \
     --customize-hook='chroot "$1" python3 -c "import torch.distributed as d; assert d.is_gloo_available()"' \
     "$SUITE" "$1" "$MIRROR" >&2
@@ -143,6 +163,7 @@ train_image() {  # prints TRAIN_* lines; sets TRAIN_IMAGE and TRAIN_ARCHIVE
     printf 'TRAIN_ROOTFS_SECONDS=%s\nTRAIN_COMMIT_SECONDS=%s\nTRAIN_EXPORT_SECONDS=%s\n' \
       $((t1 - t0)) $((t2 - t1)) $((t3 - t2)) > "${archive%.tar}.seconds"
     log "training image made in $((t3 - t0))s ($(du -m "$archive" | cut -f1) MiB)"
+    prune torchrun-train "$archive"
   fi
   TRAIN_IMAGE=$image TRAIN_ARCHIVE=$archive
   echo "TRAIN_IMAGE=$image"
