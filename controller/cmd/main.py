@@ -81,6 +81,7 @@ class App:
                 sync_image=opts.sync_image,
                 upload_timeout=opts.upload_timeout,
                 claim_bind_timeout=opts.claim_bind_timeout,
+                cluster_domain=opts.cluster_domain,
             ),
             threadiness=opts.threadiness,
             metrics=metrics,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 from controller.log import LEVELS
+from controller.torchrunjob.rendezvous import DEFAULT_CLUSTER_DOMAIN
 from controller.torchrunjob.storage import DEFAULT_SYNC_IMAGE
 
 
@@ -37,6 +39,10 @@ class ControllerOptions:
     sync_image: str
     upload_timeout: float
     claim_bind_timeout: float
+    cluster_domain: str
+
+
+_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -145,6 +151,12 @@ def parser() -> argparse.ArgumentParser:
         default=300.0,
         help="seconds a job's PVC may stay unbound before WorkspaceReady=False ClaimNotBound (default 300)",
     )
+    p.add_argument(
+        "--cluster-domain",
+        default=DEFAULT_CLUSTER_DOMAIN,
+        help="the cluster's DNS domain (the kubelets' clusterDomain), part of the c10d rendezvous"
+        f" endpoint <job>-0.<job>.<namespace>.svc.<domain> (default {DEFAULT_CLUSTER_DOMAIN})",
+    )
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     return p
@@ -162,6 +174,8 @@ def parse(argv: list[str] | None = None) -> ControllerOptions:
         fail("--max-load-desired must be in (0, 1]")
     if ns.restart_limit < 0:
         fail("--restart-limit must be >= 0")
+    if not _DOMAIN.fullmatch(ns.cluster_domain):
+        fail(f"--cluster-domain must be a DNS name such as cluster.local, got {ns.cluster_domain!r}")
     if ns.resync_period < 0:
         fail("--resync-period must be >= 0")
     # client-go's rules: the deadline fits in the lease, and a jittered retry fits in the deadline

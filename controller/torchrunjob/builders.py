@@ -30,7 +30,7 @@ from controller.api import (
 )
 from controller.api.resources import controller_reference
 from controller.torchrunjob.launch import ParsedCommand, torchrun_args
-from controller.torchrunjob.rendezvous import rendezvous
+from controller.torchrunjob.rendezvous import DEFAULT_CLUSTER_DOMAIN, node0_host, rendezvous
 from controller.torchrunjob.scheduling import apply_scheduler
 
 RESTART_ANNOTATION = "torchrun.ai/restart"
@@ -77,9 +77,9 @@ def _allowed(job: TorchrunJob, queue: TorchrunQueue, field: Overridable) -> bool
 
 
 def _env(
-    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand
+    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand, cluster_domain: str
 ) -> list[dict[str, Any]]:
-    rdzv = rendezvous(job)
+    rdzv = rendezvous(job, cluster_domain)
     ours: list[dict[str, Any]] = [
         {"name": "PET_NNODES", "value": topo.nnodes},
         {"name": "PET_NPROC_PER_NODE", "value": str(topo.procs_per_node)},
@@ -93,7 +93,7 @@ def _env(
         {"name": "PET_RDZV_ENDPOINT", "value": rdzv.endpoint},
         {"name": "PET_RDZV_ID", "value": rdzv.run_id},
         {"name": "PET_MAX_RESTARTS", "value": str(job.spec.distributed.max_restarts)},
-        {"name": "MASTER_ADDR", "value": f"{job.name}-0.{job.name}"},
+        {"name": "MASTER_ADDR", "value": node0_host(job, cluster_domain)},
         {"name": "MASTER_PORT", "value": str(job.spec.distributed.rdzv_port)},
         {"name": "WORLD_SIZE", "value": str(topo.world_size)},
         {"name": "TORCH_DISTRIBUTED_BACKEND", "value": job.spec.distributed.backend.value},
@@ -205,6 +205,7 @@ def build_worker_job(
     *,
     restart: int = 0,
     suspend: bool = False,
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     spec = queue.spec
     shm = spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node
@@ -217,10 +218,10 @@ def build_worker_job(
             parsed,
             nnodes=topo.nnodes,
             nproc_per_node=topo.procs_per_node,
-            rendezvous=rendezvous(job),
+            rendezvous=rendezvous(job, cluster_domain),
             max_restarts=job.spec.distributed.max_restarts,
         ),
-        "env": _env(job, queue, topo, parsed),
+        "env": _env(job, queue, topo, parsed, cluster_domain),
         "ports": [{"name": "rendezvous", "containerPort": job.spec.distributed.rdzv_port, "protocol": "TCP"}],
         "resources": _resources(queue, topo),
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],

@@ -64,6 +64,7 @@ from controller.torchrunjob.elastic import ElasticSize
 from controller.torchrunjob.etcd import READY, EtcdState
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.podgroups import PodGroups
+from controller.torchrunjob.rendezvous import DEFAULT_CLUSTER_DOMAIN
 from controller.torchrunjob.scheduling import creates_suspended
 from controller.torchrunjob.storage import DEFAULT_SYNC_IMAGE, with_storage, worker_storage
 from controller.torchrunjob.updater import JobTracker, JobUpdater
@@ -98,6 +99,7 @@ class Options:
     sync_image: str = DEFAULT_SYNC_IMAGE
     upload_timeout: float = 3600.0
     claim_bind_timeout: float = 300.0
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
 
 
 class TorchrunJobReconciler:
@@ -342,7 +344,13 @@ class TorchrunJobReconciler:
         """The worker Job with its storage: the code of the generation in use, checkpoints, datasets."""
         queue = admission.queue
         manifest = build_worker_job(
-            job, queue, admission.topology, admission.command, restart=restart, suspend=suspend
+            job,
+            queue,
+            admission.topology,
+            admission.command,
+            restart=restart,
+            suspend=suspend,
+            cluster_domain=self.options.cluster_domain,
         )
         storage = worker_storage(
             job,

@@ -138,7 +138,7 @@ CASES = {
             "nproc_per_node": 8,
             "node_rank": 1,
             "rdzv_backend": "c10d",
-            "rdzv_endpoint": "train-0.train:29400",
+            "rdzv_endpoint": "train-0.train.ns.svc.cluster.local:29400",
             "rdzv_id": UID,
             "max_restarts": 0,
             "module": True,

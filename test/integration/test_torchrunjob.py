@@ -83,7 +83,7 @@ def test_two_node_job_runs_to_success(
         "--nproc_per_node=8",
         "--node_rank=$(PET_NODE_RANK)",
         "--rdzv_backend=c10d",
-        "--rdzv_endpoint=train-0.train:29400",
+        f"--rdzv_endpoint=train-0.train.{namespace}.svc.cluster.local:29400",
         f"--rdzv_id={uid}",
         "--max_restarts=0",
         "train.py",
@@ -91,7 +91,11 @@ def test_two_node_job_runs_to_success(
         "1",
     ]
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["WORLD_SIZE"] == "16" and env["MASTER_ADDR"] == "train-0.train" and env["PET_NNODES"] == "2"
+    assert (
+        env["WORLD_SIZE"] == "16"
+        and env["MASTER_ADDR"] == f"train-0.train.{namespace}.svc.cluster.local"
+        and env["PET_NNODES"] == "2"
+    )
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "90", "memory": "900Gi"}
     assert {v["name"]: v for v in pod["volumes"]}["dshm"]["emptyDir"]["medium"] == "Memory"
     assert job["metadata"]["labels"]["torchrun.ai/role"] == "worker"

@@ -76,6 +76,23 @@ def test_worker_job_shape() -> None:
     assert m["metadata"]["annotations"]["torchrun.ai/restart"] == "0"
 
 
+def test_c10d_endpoint_is_node_0s_fully_qualified_name_in_the_cluster_domain() -> None:
+    """torchrun hosts the c10d store only on the node whose canonical name (the kubelet's
+    /etc/hosts: `<host>.<subdomain>.<ns>.svc.<domain>`) is the endpoint's host."""
+    args = worker(job(), queue())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--rdzv_endpoint=j-0.j.ns.svc.cluster.local:29400" in args
+    m = worker(job(), queue(), cluster_domain="corp.example")
+    assert (
+        "--rdzv_endpoint=j-0.j.ns.svc.corp.example:29400"
+        in m["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    env = env_of(m)
+    assert (env["PET_RDZV_ENDPOINT"], env["MASTER_ADDR"]) == (
+        "j-0.j.ns.svc.corp.example:29400",
+        "j-0.j.ns.svc.corp.example",
+    )
+
+
 def test_num_gpus_that_fit_one_node_request_only_those() -> None:
     m = worker(job(numNodes=None, numGPUs=4), queue())
     c = m["spec"]["template"]["spec"]["containers"][0]
