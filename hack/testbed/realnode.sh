@@ -144,16 +144,12 @@ start_containerd() {
 }
 
 realnode_images() {  # the pause, controller and training images, imported unless already there
-  local have archive
-  have=$(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q)
-  for archive in "$PAUSE_IMAGE=$PAUSE_ARCHIVE" "$CONTROLLER_IMAGE=$CONTROLLER_ARCHIVE" \
-      "$TRAIN_IMAGE=$TRAIN_ARCHIVE"; do
-    grep -qxF "${archive%%=*}" <<<"$have" && continue
-    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --no-unpack=false "${archive#*=}" >/dev/null
-  done
-  echo "PAUSE_IMAGE=$PAUSE_IMAGE" > "$REAL_NODE_DIR/images.env"
-  echo "CONTROLLER_IMAGE=$CONTROLLER_IMAGE" >> "$REAL_NODE_DIR/images.env"
-  echo "TRAIN_IMAGE=$TRAIN_IMAGE" >> "$REAL_NODE_DIR/images.env"
+  if ! ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMAGE"; then
+    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$PAUSE_ARCHIVE" >/dev/null
+  fi
+  "$HACK_DIR/testbed/build-node-images.sh" import "$CONTAINERD_SOCK" >/dev/null
+  printf 'PAUSE_IMAGE=%s\nCONTROLLER_IMAGE=%s\nTRAIN_IMAGE=%s\n' "$PAUSE_IMAGE" "$CONTROLLER_IMAGE" \
+    "$TRAIN_IMAGE" > "$REAL_NODE_DIR/images.env"
 }
 
 realnode_ports() {

@@ -77,6 +77,9 @@ class HostPathProvisioner:
             return
         path = self.volumes_dir / volume_name(claim)
         path.mkdir(parents=True, exist_ok=True)
+        # writable by every pod user, as local-path provisioners make it: fsGroup does not apply to
+        # hostPath volumes, and on the real node pods run as their own non-root users
+        path.chmod(0o777)
         try:
             self.client.create(PVS, volume_for(claim, sc, path), field_manager=FIELD_MANAGER)
         except ApiError as exc:

@@ -1,0 +1,339 @@
+"""End to end on the real node: real containers, real volumes, a real torchrun world.
+
+The module starts a control plane of its own with `TORCHRUN_REAL_NODE=1` (hack/testbed/realnode.sh:
+containerd, runc, bridge CNI, a kubelet registered as `realnode-0`, CoreDNS), so the session's
+control plane and its tests never see the real node. A queue pinned to the real node runs
+`test/e2e/realnode/train.py` in Debian's torch image: the plugin uploads the project through
+`kubectl exec` into the real sync pod, which extracts it into the real PVC; the workers' init
+containers copy generation 0 to `/app`; torchrun forms a world of two across the two pods through
+the headless Service's DNS; gloo all-reduces and trains. The last test stops the real node and
+checks that the host is as it was (sysctls, mounts, links, cgroups, processes).
+
+Nothing here is skipped: a machine that cannot run the real node (not root, no cgroups, a package
+missing) fails the fixture with the control plane's own words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plugincli import PLUGIN, plugin_env
+from testbed import CONTROLPLANE, REPO, Cluster, wait_until
+
+TRAIN = Path(__file__).parent / "realnode" / "train.py"
+NODE = "realnode-0"
+SHM_PER_GPU = "256Mi"
+SHM_BYTES = 256 * 1024 * 1024
+# what kubelet sets when it starts (protectKernelDefaults: false) and `down` must put back, plus
+# what a bridge CNI plugin may turn on
+SYSCTLS = (
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+    "net.ipv4.ip_forward",
+)
+HOST_PATHS = ("/var/log/containers", "/var/log/pods", "/run/netns", "/run/containerd", "/var/lib/kubelet")
+
+
+@dataclass
+class RealNode:
+    cluster: Cluster
+    env: dict[str, str]
+    images: dict[str, str]  # PAUSE_IMAGE, CONTROLLER_IMAGE, TRAIN_IMAGE
+    host_before: dict[str, Any]
+
+
+def host_state() -> dict[str, Any]:
+    """What the real node may change on the host and must restore."""
+    sysctls = {
+        key: subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, check=True).stdout.strip()
+        for key in SYSCTLS
+    }
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {
+        "sysctls": sysctls,
+        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines()),
+        "mounts": sorted(Path("/proc/self/mounts").read_text().splitlines()),
+        "paths": {p: os.path.exists(p) for p in HOST_PATHS},
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/torchrun-realnode")),
+    }
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
+    )
+    return Path(base)
+
+
+@pytest.fixture(scope="module")
+def real() -> Iterator[RealNode]:
+    if os.geteuid() != 0:
+        pytest.fail(
+            "the real node needs root (containerd, kubelet, cgroups, a bridge): run the suite as root"
+        )
+    run_dir = _cache_dir() / f"run-realnode-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}
+    before = host_state()
+    versions = dict(
+        line.split("=", 1)
+        for line in (CONTROLPLANE.parent / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    kubectl = _cache_dir() / "bin" / f"kube-{versions['KUBE_VERSION']}" / "kubectl"
+    try:
+        up = subprocess.run(
+            [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
+        )
+        if up.returncode != 0:
+            pytest.fail(f"the control plane with the real node did not come up:\n{up.stderr[-4000:]}")
+        images = dict(
+            line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
+        )
+        cluster = Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)
+        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        yield RealNode(cluster, env, images, before)
+    finally:
+        subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=300)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(real: RealNode) -> Iterator[str]:
+    name = f"rn-{uuid.uuid4().hex[:8]}"
+    real.cluster.kubectl("create", "namespace", name)
+    yield name
+    real.cluster.kubectl("delete", "namespace", name, "--timeout=180s", check=False)
+
+
+@pytest.fixture
+def controller(real: RealNode, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The controller program for this namespace, whose sync pods run the imported controller
+    image; yields its log file."""
+    log_path = tmp_path / "controller.log"
+    command = [sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(real.cluster.kubeconfig)]
+    command += ["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"]
+    command += ["--log-format", "console", "--sync-image", real.images["CONTROLLER_IMAGE"]]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            yield log_path
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def queue(real: RealNode, namespace: str) -> Iterator[str]:
+    """A 1-GPU queue pinned to the real node, running Debian's torch as a non-root user."""
+    name = f"real-{namespace}"
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeResources": {"gpus": 1, "cpus": "700m", "memory": "1536Mi"},
+                "image": real.images["TRAIN_IMAGE"],
+                "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
+                "storage": {
+                    "workspace": {"sizePerGPU": "1Gi"},
+                    "checkpoints": {"enabled": True, "sizePerGPU": "1Gi"},
+                    "shmSizePerGPU": SHM_PER_GPU,
+                },
+                "scheduling": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "tolerations": [
+                        {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+            },
+        }
+    )
+    wait_until(lambda: ready(real.cluster, name), 60, message=f"queue {name} Ready")
+    yield name
+    real.cluster.kubectl("delete", "torchrunqueue", name, "--ignore-not-found", "--wait=false")
+
+
+def ready(cluster: Cluster, queue: str) -> bool:
+    conds = cluster.get("torchrunqueue", queue).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def plugin_run(real: RealNode, namespace: str, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl torchrun ARGS` in `project`, as a user would run it."""
+    return subprocess.run(
+        [str(PLUGIN), "-n", namespace, *args],
+        cwd=project,
+        env=plugin_env(real.cluster),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def project_with_train(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(TRAIN, project / "train.py")
+    return project
+
+
+def pods(cluster: Cluster, ns: str, job: str, role: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get(
+        "pods", "-n", ns, "-l", f"torchrun-job-name={job},torchrun.ai/role={role}"
+    )["items"]
+    return items
+
+
+def logs(cluster: Cluster, ns: str, pod: str, container: str = "torchrun") -> str:
+    return cluster.kubectl("logs", "-n", ns, pod, "-c", container).stdout
+
+
+def index_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+
+
+def volume_dir(cluster: Cluster, ns: str, claim: str) -> Path:
+    pvc = cluster.get("pvc", claim, "-n", ns)
+    return Path(cluster.get("pv", pvc["spec"]["volumeName"])["spec"]["hostPath"]["path"])
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in job["status"]["conditions"] if c["type"] == kind)
+
+
+def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
+    real: RealNode, namespace: str, controller: Path, queue: str, tmp_path: Path
+) -> None:
+    cluster = real.cluster
+    project = project_with_train(tmp_path)
+    proc = plugin_run(
+        real,
+        namespace,
+        project,
+        "submit",
+        "--queue",
+        queue,
+        "--nodes",
+        "2",
+        "--name",
+        "mlp",
+        "python train.py",
+    )
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+    assert proc.stderr.strip().endswith("job mlp succeeded"), proc.stderr
+
+    job = cluster.get("torchrunjob", "mlp", "-n", namespace)
+    assert job["status"]["phase"] == "Succeeded" and job["status"]["workspaceGeneration"] == 0
+    assert condition(job, "Succeeded")["status"] == "True"
+
+    # the real sync pod ran the controller image on the real node and extracted into the real PVC
+    (sync,) = pods(cluster, namespace, "mlp", "sync")
+    assert sync["spec"]["nodeName"] == NODE and sync["status"]["phase"] == "Succeeded"
+    assert sync["spec"]["containers"][0]["image"] == real.images["CONTROLLER_IMAGE"]
+    marker = json.loads(
+        (volume_dir(cluster, namespace, "mlp-workspace") / "generations" / "0" / ".sync_success").read_text()
+    )
+    assert marker["generation"] == 0 and marker["sha256"] == job["status"]["workspaceSha256"]
+
+    workers = sorted(pods(cluster, namespace, "mlp", "worker"), key=index_of)
+    assert [index_of(p) for p in workers] == [0, 1] and {p["spec"]["nodeName"] for p in workers} == {NODE}
+    for pod in workers:
+        (init,) = pod["status"]["initContainerStatuses"]
+        assert init["state"]["terminated"]["exitCode"] == 0, init  # found the marker, copied generation 0
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        rank = index_of(pod)  # one process per node: the node rank is the global rank
+        assert f"world rank={rank} size=2 host=mlp-{rank}" in out, out
+        assert "allreduce sum=1" in out, out  # both ranks took part
+        assert f"shm bytes={SHM_BYTES} cwd=/app file=/app/train.py" in out, out
+        assert f"loss rank={rank} step=29 value=" in out, out
+    # the plugin followed rank 0 for the user
+    assert "world rank=0 size=2" in proc.stdout and "loss rank=0 step=29" in proc.stdout, proc.stdout
+
+    # rank 0 wrote its checkpoint to the checkpoints PVC, on the host's disk
+    checkpoints = volume_dir(cluster, namespace, "mlp-checkpoints")
+    summary = json.loads((checkpoints / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["params"] == 161
+    assert summary["last_loss"] < summary["first_loss"]
+    assert (checkpoints / "model.pt").stat().st_size > 0
+
+
+def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
+    real: RealNode, namespace: str, controller: Path, queue: str, tmp_path: Path
+) -> None:
+    """A job applied as a manifest (one whole-job restart allowed) whose code `kubectl torchrun
+    sync` uploads: rank 1 exits 1 after the world formed, in both attempts."""
+    cluster = real.cluster
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "boom"},
+            "spec": {
+                "jobQueue": queue,
+                "numNodes": 2,
+                "command": "python train.py --fail-rank 1",
+                "distributed": {"backend": "gloo"},
+                "workspace": {"source": "upload"},
+                "failurePolicy": {"maxRestarts": 1},
+            },
+        },
+        namespace,
+    )
+    project = project_with_train(tmp_path)
+    proc = plugin_run(real, namespace, project, "sync", "boom", "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+
+    def finished() -> dict[str, Any] | None:
+        job = cluster.get("torchrunjob", "boom", "-n", namespace)
+        return job if job.get("status", {}).get("phase") in ("Failed", "Succeeded") else None
+
+    job = wait_until(finished, 600, interval=1, message="job boom finished")
+    assert job["status"]["phase"] == "Failed" and job["status"]["restarts"] == 1, job["status"]
+    failed = condition(job, "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "RestartLimitExceeded", failed
+    assert "(whole-job restarts used: 1/1)" in failed["message"], failed
+
+    # the second attempt really ran: its rank 1 formed the world with rank 0, then exited 1
+    worker_job = cluster.get("job", "boom", "-n", namespace)
+    assert worker_job["metadata"]["annotations"]["torchrun.ai/restart"] == "1"
+    (rank1,) = [p for p in pods(cluster, namespace, "boom", "worker") if index_of(p) == 1]
+    out = logs(cluster, namespace, rank1["metadata"]["name"])
+    assert "world rank=1 size=2" in out and "rank 1 fails on purpose" in out, out
+    terminated = rank1["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 1, terminated
+
+
+def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:
+    subprocess.run([str(CONTROLPLANE), "down"], env=real.env, check=True, timeout=300)
+    left = subprocess.run(
+        [str(CONTROLPLANE), "leftovers"], env=real.env, capture_output=True, text=True, check=True
+    ).stdout
+    assert left == "", left
+    assert host_state() == real.host_before
+    procs = subprocess.run(
+        ["pgrep", "-af", str(real.cluster.run_dir)], check=False, capture_output=True, text=True
+    ).stdout
+    assert procs == "", procs
