@@ -30,6 +30,9 @@ REAL_NODE_BRIDGE=trn-realnode0
 REAL_NODE_CGROUP=torchrun-realnode
 REAL_NODE_TAINT=torchrun.ai/real-node
 CONTAINERD_SOCK="$REAL_NODE_DIR/containerd/containerd.sock"
+# containerd's root (image content and unpacked snapshots) outlives a run, like the other caches, so
+# a warm `up` imports nothing; its state (tasks, mounts, sockets) is the run's
+CONTAINERD_ROOT="$CACHE_DIR/realnode-containerd"
 # the sysctls kubelet sets (kubelet's setupKernelTunables) and the bridge plugin may set
 REAL_NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
@@ -106,7 +109,7 @@ containerd_config() {  # containerd's own config: nothing under /var/lib or /run
   mkdir -p "$dir"
   cat > "$dir/config.toml" <<TOML
 version = 2
-root = "$dir/root"
+root = "$CONTAINERD_ROOT"
 state = "$dir/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
@@ -143,7 +146,13 @@ start_containerd() {
   wait_for containerd 60 ctr -a "$CONTAINERD_SOCK" version
 }
 
-realnode_images() {  # the pause, controller and training images, imported unless already there
+realnode_images() {  # the pause, controller and training images, imported unless already there;
+  # older builds of ours are removed (each controller change is a new image of ~500 MB)
+  local name
+  for name in $(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep '^localhost/torchrun-' \
+      | grep -vxF -e "$PAUSE_IMAGE" -e "$CONTROLLER_IMAGE" -e "$TRAIN_IMAGE"); do
+    ctr -a "$CONTAINERD_SOCK" -n k8s.io images rm --sync "$name" >/dev/null
+  done
   if ! ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMAGE"; then
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$PAUSE_ARCHIVE" >/dev/null
   fi
@@ -273,6 +282,7 @@ realnode_up() {
   realnode_cgroups
   containerd_config
   start_containerd
+  realnode_containers_down  # a run that never reached `down` may have left some in the root
   realnode_images
   start_coredns
   start_kubelet
@@ -365,12 +375,11 @@ realnode_down() {
 }
 
 realnode_leftovers() {  # what the real node may leave on the host; prints nothing when clean
-  findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1' | sed 's/^/mount /'
-  ip -br link show "$REAL_NODE_BRIDGE" 2>/dev/null | sed 's/^/link /'
   local h
+  findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1 { print "mount " $0 }'
+  if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then echo "link $REAL_NODE_BRIDGE"; fi
   for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    [ -d "$h$REAL_NODE_CGROUP" ] && echo "cgroup $h$REAL_NODE_CGROUP"
+    if [ -d "$h$REAL_NODE_CGROUP" ]; then echo "cgroup $h$REAL_NODE_CGROUP"; fi
   done
   pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
-  return 0
 }
