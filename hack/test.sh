@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every check and test: ruff, mypy, import contracts, unit, integration and e2e tests.
 # On a fresh machine it installs what it needs: a virtualenv with the project and its test extra,
-# and the control plane binaries built from the Go module proxy (cached outside the repo).
+# the control plane binaries built from the Go module proxy, the real node's kubelet and CoreDNS,
+# and the images (all cached outside the repo); as root, Debian packages with apt.
 #   hack/test.sh                 everything
 #   hack/test.sh test/unit       just these pytest paths (extra args go to pytest)
 set -euo pipefail
@@ -26,6 +27,10 @@ lint-imports --config .importlinter
 "$HACK_DIR/testbed/build-etcd-v2.sh" >/dev/null
 "$HACK_DIR/testbed/torchrun-versions.sh" >/dev/null
 "$HACK_DIR/testbed/build-image.sh" >/dev/null || log "image not built: test/integration/test_image.py fails and says why"
+# the real node: kubelet, CoreDNS, the pause image, and the images it runs (controller, torch)
+"$HACK_DIR/testbed/build-realnode.sh" >/dev/null \
+  && "$HACK_DIR/testbed/build-node-images.sh" >/dev/null \
+  || log "real node not built: test/e2e/test_realnode.py fails and says why"
 
 log "pytest"
 set +e

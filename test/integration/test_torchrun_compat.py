@@ -444,7 +444,13 @@ def test_a_real_launch_with_c10d(torchruns: dict[str, str], tmp_path: Path) -> N
     j = job("cpu", "python train.py", numNodes=1, distributed={"backend": "gloo"})
     launch = launch_of(j, queue(gpus=0, cpus="2"), 0)
     (port,) = free_ports(1)
-    result = real_launch(torchruns["DEBIAN_PYTHON"], launch, tmp_path, "cpu-0.cpu.ns.svc.cluster.local:29400", f"127.0.0.1:{port}")
+    result = real_launch(
+        torchruns["DEBIAN_PYTHON"],
+        launch,
+        tmp_path,
+        "cpu-0.cpu.ns.svc.cluster.local:29400",
+        f"127.0.0.1:{port}",
+    )
     assert (result["world"], result["sum"], result["run_id"]) == (2, 3.0, UID)
 
 
