@@ -12,14 +12,7 @@ command -v go >/dev/null || { echo "go is required (the Go toolchain builds the 
 build_kube() {
   [ -f "$KUBE_BIN/.done" ] && return 0
   log "building Kubernetes $KUBE_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
-  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-  local v
-  LDFLAGS=""
-  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LDFLAGS+=" -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
-    LDFLAGS+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-  done
-  LDFLAGS="$LDFLAGS" wrapper_build kube k8s.io/kubernetes "$KUBE_VERSION" "v0.${KUBE_VERSION#v1.}" "$KUBE_BIN" \
+  LDFLAGS="$(kube_ldflags)" wrapper_build kube k8s.io/kubernetes "$KUBE_VERSION" "v0.${KUBE_VERSION#v1.}" "$KUBE_BIN" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
   touch "$KUBE_BIN/.done"

@@ -35,14 +35,7 @@ fail() {
 }
 
 need_tools() {
-  command -v buildah >/dev/null && command -v mmdebstrap >/dev/null && return
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    log "installing buildah and mmdebstrap from Debian"
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >&2 \
-      || fail "apt-get could not install buildah and mmdebstrap"
-  else
-    fail "buildah and mmdebstrap are needed (Debian packages); not root or no apt-get, so not installed"
-  fi
+  need_debian buildah:buildah mmdebstrap:mmdebstrap || fail "buildah and mmdebstrap (Debian packages) are needed"
 }
 
 extra_cas() { find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev/null | sort; }

@@ -43,15 +43,7 @@ fail() {
 }
 
 need_tools() {
-  command -v buildah >/dev/null && command -v mmdebstrap >/dev/null && return
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    log "installing buildah and mmdebstrap from Debian"
-    # shellcheck disable=SC2015  # fail when either fails
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah mmdebstrap >&2 \
-      || fail "apt-get could not install buildah and mmdebstrap"
-  else
-    fail "buildah and mmdebstrap are needed (Debian packages); not root or no apt-get, so not installed"
-  fi
+  need_debian buildah:buildah mmdebstrap:mmdebstrap || fail "buildah and mmdebstrap (Debian packages) are needed"
 }
 
 archive_of() {  # archive_of IMAGE: its archive's path (localhost/a:b -> a-b.tar)

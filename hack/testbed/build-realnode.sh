@@ -18,14 +18,7 @@ COREDNS_BIN="$BIN_DIR/coredns-$COREDNS_VERSION"
 build_kubelet() {
   [ -f "$KUBE_BIN/.kubelet-done" ] && return 0
   log "building kubelet $KUBE_VERSION"
-  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-  local v
-  LDFLAGS=""
-  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    LDFLAGS+=" -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
-    LDFLAGS+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-  done
-  LDFLAGS="$LDFLAGS" wrapper_build kube k8s.io/kubernetes "$KUBE_VERSION" "v0.${KUBE_VERSION#v1.}" "$KUBE_BIN" \
+  LDFLAGS="$(kube_ldflags)" wrapper_build kube k8s.io/kubernetes "$KUBE_VERSION" "v0.${KUBE_VERSION#v1.}" "$KUBE_BIN" \
     k8s.io/kubernetes/cmd/kubelet
   touch "$KUBE_BIN/.kubelet-done"
 }
@@ -66,20 +59,6 @@ GO
 PAUSE_DIR="$CACHE_DIR/pause"
 IMAGE_STORAGE=(--storage-driver vfs --root "$CACHE_DIR/image/storage" --runroot "$CACHE_DIR/image/run")
 
-need_packages() {  # the node's runtime and the tools that make its images, from Debian
-  local missing=() cmd pkg
-  for cmd in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
-      buildah:buildah ip:iproute2; do
-    pkg=${cmd#*:}; cmd=${cmd%%:*}
-    if [[ $cmd == /* ]]; then [ -x "$cmd" ] || missing+=("$pkg"); else command -v "$cmd" >/dev/null || missing+=("$pkg"); fi
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
-    || { echo "the real node needs Debian's ${missing[*]} (not root or no apt-get, so not installed)" >&2; exit 1; }
-  log "installing ${missing[*]} from Debian"
-  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
-}
-
 build_pause() {  # a static pause binary in a one-file image archive, keyed by its source
   local key; key=$(cat "$HACK_DIR/testbed/pause.c" "$0" | sha256sum | cut -c1-12)
   PAUSE_IMAGE="localhost/torchrun-pause:$key"
@@ -99,7 +78,9 @@ build_pause() {  # a static pause binary in a one-file image archive, keyed by i
   mv "$PAUSE_ARCHIVE.tmp" "$PAUSE_ARCHIVE"
 }
 
-need_packages
+# the node's runtime and the tools that make its pause image, from Debian
+need_debian containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
+  buildah:buildah ip:iproute2 gcc:gcc || exit 1
 mkdir -p "$CACHE_DIR"
 exec 9>"$CACHE_DIR/build-realnode.lock"
 flock 9

@@ -16,6 +16,38 @@ export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# need_debian COMMAND:PACKAGE...: install with apt (as root) each PACKAGE whose COMMAND is not on
+# PATH (a COMMAND starting with / is a file that must exist); returns 1, saying why, when it cannot
+need_debian() {
+  local missing=() pair cmd
+  for pair in "$@"; do
+    cmd=${pair%%:*}
+    if [[ $cmd == /* ]]; then [ -e "$cmd" ] && continue; else command -v "$cmd" >/dev/null && continue; fi
+    missing+=("${pair#*:}")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    log "Debian's ${missing[*]} needed: not root or no apt-get, so not installed"
+    return 1
+  fi
+  log "installing ${missing[*]} from Debian"
+  # shellcheck disable=SC2015  # fail when either fails
+  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 \
+    || { log "apt-get could not install ${missing[*]}"; return 1; }
+}
+
+# kube_ldflags: the -X flags that stamp KUBE_VERSION into a Kubernetes binary (`--version`, and
+# the version a kubelet reports on its Node)
+kube_ldflags() {
+  local minor=${KUBE_VERSION#v1.} v out=""
+  minor=${minor%%.*}
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    out+=" -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+    out+=" -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$out"
+}
+
 # wrapper_build NAME MODULE VERSION LOCAL_VERSION OUT PKG...: build PKG... of MODULE@VERSION
 # through a wrapper module (hack/testbed/wrapper_gomod.py) into OUT; $LDFLAGS are passed on.
 wrapper_build() {
