@@ -3,6 +3,7 @@
 # Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (4 fake nodes with
 # 8 nvidia.com/gpu each), installs the CRDs, prints the KUBECONFIG line, then runs the controller
 # in the foreground. Ctrl-C stops the controller and the whole control plane.
+# TORCHRUN_REAL_NODE=1 (root) adds the real node realnode-0 (README: The real node).
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
 cd "$REPO_DIR"
@@ -39,8 +40,15 @@ cat <<MSG
 
 MSG
 
+# with the real node (TORCHRUN_REAL_NODE=1), sync pods there run the controller image imported into it
+SYNC_IMAGE=()
+if [ -f "$RUN_DIR/realnode/images.env" ]; then
+  SYNC_IMAGE=(--sync-image "$(sed -n 's/^CONTROLLER_IMAGE=//p' "$RUN_DIR/realnode/images.env")")
+  log "real node realnode-0: queues pin to it with nodeSelector kubernetes.io/hostname=realnode-0 and a"
+  log "toleration of torchrun.ai/real-node; its torch image: $(sed -n 's/^TRAIN_IMAGE=//p' "$RUN_DIR/realnode/images.env")"
+fi
 if command -v torchrun-controller >/dev/null && [ -f controller/cmd/main.py ]; then
-  torchrun-controller --kubeconfig "$KUBECONFIG_PATH" --log-format console "$@" &
+  torchrun-controller --kubeconfig "$KUBECONFIG_PATH" --log-format console "${SYNC_IMAGE[@]}" "$@" &
 else
   log "the controller program is not built yet; serving the bare control plane"
   sleep infinity &

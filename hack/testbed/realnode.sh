@@ -148,15 +148,19 @@ start_containerd() {
 
 realnode_images() {  # the pause, controller and training images, imported unless already there;
   # older builds of ours are removed (each controller change is a new image of ~500 MB)
-  local name
+  if ! ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMAGE"; then
+    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$PAUSE_ARCHIVE" >/dev/null
+  fi
+  # the names of what it imported (the checkout may have changed since realnode_binaries read them)
+  local out line name
+  out=$("$HACK_DIR/testbed/build-node-images.sh" import "$CONTAINERD_SOCK") || return 1
+  while IFS= read -r line; do
+    case $line in CONTROLLER_IMAGE=* | TRAIN_IMAGE=*) export "${line?}" ;; esac
+  done <<<"$out"
   for name in $(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep '^localhost/torchrun-' \
       | grep -vxF -e "$PAUSE_IMAGE" -e "$CONTROLLER_IMAGE" -e "$TRAIN_IMAGE"); do
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images rm --sync "$name" >/dev/null
   done
-  if ! ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMAGE"; then
-    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$PAUSE_ARCHIVE" >/dev/null
-  fi
-  "$HACK_DIR/testbed/build-node-images.sh" import "$CONTAINERD_SOCK" >/dev/null
   printf 'PAUSE_IMAGE=%s\nCONTROLLER_IMAGE=%s\nTRAIN_IMAGE=%s\n' "$PAUSE_IMAGE" "$CONTROLLER_IMAGE" \
     "$TRAIN_IMAGE" > "$REAL_NODE_DIR/images.env"
 }
@@ -270,6 +274,11 @@ realnode_has_gpus() {
 realnode_up() {
   [ "$(id -u)" -eq 0 ] || { log "the real node needs root"; return 1; }
   realnode_binaries || { log "the real node's binaries or images did not build"; return 1; }
+  if [ ! -f "$REAL_NODE_DIR/host.saved" ] && ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then
+    log "another real node runs on this machine (the bridge $REAL_NODE_BRIDGE exists): one per machine;"
+    log "stop it with its own 'hack/controlplane.sh down' (TORCHRUN_RUN_DIR of that run) first"
+    return 1
+  fi
   realnode_record_host
   realnode_ports
   cert kubelet-client "system:node:$REAL_NODE" system:nodes
