@@ -305,12 +305,12 @@ realnode_drain() {  # delete the node's pods through the API and wait for kubele
   pods=$("$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get pods -A --field-selector "spec.nodeName=$REAL_NODE" \
     -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' 2>/dev/null) || return 0
   [ -n "$pods" ] || return 0
-  local p
+  local deadline=$(( $(date +%s) + 30 ))
   while IFS=/ read -r ns name; do
     "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" delete pod -n "$ns" "$name" --grace-period=1 --wait=false \
       >/dev/null 2>&1 || true
   done <<<"$pods"
-  for p in $(seq 1 150); do
+  while [ "$(date +%s)" -lt "$deadline" ]; do
     [ -z "$("$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get pods -A --field-selector "spec.nodeName=$REAL_NODE" \
       -o name 2>/dev/null)" ] && return 0
     sleep 0.2
