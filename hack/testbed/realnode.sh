@@ -91,11 +91,14 @@ realnode_network() {  # the pods' bridge, with the node's address on it, and the
 JSON
 }
 
+cgroup_hierarchies() {  # the mount point of every cgroup hierarchy (v1's several, or v2's one)
+  findmnt -rn -t cgroup,cgroup2 -o TARGET
+}
+
 realnode_cgroups() {  # the kubelet's cgroupRoot, in every hierarchy (kubelet requires it to exist)
   local h dir
-  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    [ -f "$h/cgroup.procs" ] || continue
-    dir="$h$REAL_NODE_CGROUP"
+  for h in $(cgroup_hierarchies); do
+    dir="$h/$REAL_NODE_CGROUP"
     mkdir -p "$dir"
     if [ -f "$h/cpuset.cpus" ] && [ -f "$dir/cpuset.cpus" ] && [ -z "$(cat "$dir/cpuset.cpus")" ]; then
       cat "$h/cpuset.cpus" > "$dir/cpuset.cpus"
@@ -356,8 +359,8 @@ realnode_restore_host() {  # put back what realnode_record_host saved
     rm -f "$ns"
   done
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then ip link delete "$REAL_NODE_BRIDGE"; fi
-  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    dir="$h$REAL_NODE_CGROUP"
+  for h in $(cgroup_hierarchies); do
+    dir="$h/$REAL_NODE_CGROUP"
     [ -d "$dir" ] || continue
     find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
@@ -387,8 +390,8 @@ realnode_leftovers() {  # what the real node may leave on the host; prints nothi
   local h
   findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1 { print "mount " $0 }'
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then echo "link $REAL_NODE_BRIDGE"; fi
-  for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    if [ -d "$h$REAL_NODE_CGROUP" ]; then echo "cgroup $h$REAL_NODE_CGROUP"; fi
+  for h in $(cgroup_hierarchies); do
+    if [ -d "$h/$REAL_NODE_CGROUP" ]; then echo "cgroup $h/$REAL_NODE_CGROUP"; fi
   done
   pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
 }

@@ -68,7 +68,13 @@ def host_state() -> dict[str, Any]:
         "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines()),
         "mounts": sorted(Path("/proc/self/mounts").read_text().splitlines()),
         "paths": {p: os.path.exists(p) for p in HOST_PATHS},
-        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/torchrun-realnode")),
+        "cgroups": sorted(
+            f"{mount}/torchrun-realnode"
+            for _, mount, kind, *_ in (
+                line.split() for line in Path("/proc/self/mounts").read_text().splitlines()
+            )
+            if kind in ("cgroup", "cgroup2") and os.path.isdir(f"{mount}/torchrun-realnode")
+        ),
     }
 
 
