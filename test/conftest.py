@@ -2,7 +2,8 @@
 
 `cluster` starts the real control plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok with 4 fake 8-GPU nodes) once per test session in a fresh state directory,
-and stops it at the end. `namespace` gives each test its own namespace, deleted afterwards.
+and stops it at the end. `namespace` gives each test its own namespace, deleted afterwards (the
+test ends once its pods are gone; the rest of the namespace goes in the background).
 Every run also gets two plugins: the skip policy (an unexpected skip fails the session) and
 the summary notes (`record_property("note", text)` is printed at the end).
 Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
@@ -70,5 +71,6 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     yield name
-    # wait, so one test's pods never hold GPUs another test needs
-    cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+    # returns once the namespace's pods are gone, so one test's pods never hold GPUs another test
+    # needs; the namespace itself finishes terminating in the background (Cluster.delete_namespace)
+    cluster.delete_namespace(name)
