@@ -16,12 +16,11 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import skip_policy
 import summary_notes
-from testbed import CONTROLPLANE, Cluster
+from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
@@ -34,24 +33,12 @@ def pytest_configure(config: pytest.Config) -> None:
     summary_notes.register(config)
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
-    )
-    return Path(base)
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    run_dir = _cache_dir() / f"run-test-{os.getpid()}"
+    run_dir = cache_dir() / f"run-test-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir)}
-    versions = dict(
-        line.split("=", 1)
-        for line in (CONTROLPLANE.parent / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    kubectl = _cache_dir() / "bin" / f"kube-{versions['KUBE_VERSION']}" / "kubectl"
+    kubectl = kubectl_binary()
     try:
         subprocess.run([str(CONTROLPLANE), "up"], env=env, check=True, timeout=1800)
         yield Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,51 @@ CONTROLPLANE = REPO / "hack" / "controlplane.sh"
 os.environ.setdefault("TORCHRUN_PYTHON", sys.executable)
 
 T = TypeVar("T")
+
+
+def cache_dir() -> Path:
+    """Where hack/ caches what it builds (TORCHRUN_CACHE_DIR, as hack/testbed/lib.sh reads it)."""
+    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
+    )
+    return Path(base)
+
+
+def pins() -> dict[str, str]:
+    """hack/versions.env: every pinned version by its name."""
+    return dict(
+        line.split("=", 1)
+        for line in (CONTROLPLANE.parent / "versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+
+
+def kubectl_binary() -> Path:
+    """The kubectl built with the control plane, at the pinned version."""
+    return cache_dir() / "bin" / f"kube-{pins()['KUBE_VERSION']}" / "kubectl"
+
+
+@contextmanager
+def controller_program(
+    kubeconfig: Path, namespace: str, log: Path, *flags: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The `torchrun-controller` program (this checkout's) for `namespace`, its output in `log`;
+    stopped on exit (SIGTERM, SIGKILL after 30 s)."""
+    command = [sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(kubeconfig)]
+    command += ["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*command, "--log-format", "console", *flags], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+        )
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def wait_until(

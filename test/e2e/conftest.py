@@ -9,13 +9,12 @@ as `kubectl torchrun ...` would be run from a shell.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from plugincli import PLUGIN, Run, plugin_env
-from testbed import REPO, Cluster
+from testbed import REPO, Cluster, controller_program
 
 
 @pytest.fixture(scope="session")
@@ -30,32 +29,8 @@ def controller(
     cluster: Cluster, e2e_crds: Path, namespace: str, tmp_path: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     """The `torchrun-controller` program for this test's namespace; its log is in tmp_path."""
-    command = [
-        sys.executable,
-        "-m",
-        "controller.cmd.main",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--namespace",
-        namespace,
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-format",
-        "console",
-    ]
-    with open(tmp_path / "controller.log", "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with controller_program(cluster.kubeconfig, namespace, tmp_path / "controller.log") as proc:
+        yield proc
 
 
 @pytest.fixture

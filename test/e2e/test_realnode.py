@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 from plugincli import PLUGIN, plugin_env
-from testbed import CONTROLPLANE, REPO, Cluster, wait_until
+from testbed import CONTROLPLANE, REPO, Cluster, cache_dir, controller_program, kubectl_binary, wait_until
 
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
 NODE = "realnode-0"
@@ -78,29 +77,16 @@ def host_state() -> dict[str, Any]:
     }
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
-    )
-    return Path(base)
-
-
 @pytest.fixture(scope="module")
 def real() -> Iterator[RealNode]:
     if os.geteuid() != 0:
         pytest.fail(
             "the real node needs root (containerd, kubelet, cgroups, a bridge): run the suite as root"
         )
-    run_dir = _cache_dir() / f"run-realnode-{os.getpid()}"
+    run_dir = cache_dir() / f"run-realnode-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}
     before = host_state()
-    versions = dict(
-        line.split("=", 1)
-        for line in (CONTROLPLANE.parent / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    kubectl = _cache_dir() / "bin" / f"kube-{versions['KUBE_VERSION']}" / "kubectl"
     try:
         up = subprocess.run(
             [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
@@ -110,7 +96,9 @@ def real() -> Iterator[RealNode]:
         images = dict(
             line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
         )
-        cluster = Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)
+        cluster = Cluster(
+            run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl_binary()
+        )
         cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
         cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         yield RealNode(cluster, env, images, before)
@@ -124,7 +112,7 @@ def namespace(real: RealNode) -> Iterator[str]:
     name = f"rn-{uuid.uuid4().hex[:8]}"
     real.cluster.kubectl("create", "namespace", name)
     yield name
-    real.cluster.kubectl("delete", "namespace", name, "--timeout=180s", check=False)
+    real.cluster.delete_namespace(name)
 
 
 @pytest.fixture
@@ -132,20 +120,9 @@ def controller(real: RealNode, namespace: str, tmp_path: Path) -> Iterator[Path]
     """The controller program for this namespace, whose sync pods run the imported controller
     image; yields its log file."""
     log_path = tmp_path / "controller.log"
-    command = [sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(real.cluster.kubeconfig)]
-    command += ["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"]
-    command += ["--log-format", "console", "--sync-image", real.images["CONTROLLER_IMAGE"]]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            yield log_path
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    sync_image = ("--sync-image", real.images["CONTROLLER_IMAGE"])
+    with controller_program(real.cluster.kubeconfig, namespace, log_path, *sync_image):
+        yield log_path
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ through the API and checks the controller's side of the contract.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -33,7 +32,7 @@ import pytest
 import yaml
 from jobs import condition, make_job, queue_manifest, rest_requests
 from summary_notes import STAND_IN
-from testbed import REPO, Cluster, wait_until
+from testbed import REPO, Cluster, cache_dir, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.cmd.main import App
@@ -947,15 +946,7 @@ def free_port() -> int:
 
 
 def kueue_binary() -> Path:
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchrun-controller"
-    )
-    return Path(base) / "bin" / f"kueue-{versions['KUEUE_VERSION']}" / "kueue"
+    return cache_dir() / "bin" / f"kueue-{pins()['KUEUE_VERSION']}" / "kueue"
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testbed import REPO, wait_until
+from testbed import REPO, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.torchrunjob.builders import build_worker_job
@@ -458,14 +458,7 @@ def test_an_etcd_36_image_fails_loudly(etcd_binary: Path, tmp_path: Path) -> Non
     """A queue whose etcdImage is etcd 3.6 (no v2 API) must not give a silently useless etcd: with
     the managed etcd's flags the control plane's own etcd 3.6 refuses to start (the pod then crash
     loops and the job says EtcdFailing, naming spec.etcdImage)."""
-    pins = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    etcd36 = (
-        etcd_binary.parent.parent / f"etcd-{pins['ETCD_VERSION']}" / "etcd"
-    )  # hack/build-controlplane.sh's
+    etcd36 = etcd_binary.parent.parent / f"etcd-{pins()['ETCD_VERSION']}" / "etcd"  # build-controlplane.sh's
     assert etcd36.exists(), f"{etcd36}: run hack/build-controlplane.sh"
     (container,) = build_etcd_pod(job("j", "python t.py"), queue())["spec"]["containers"]
     args = [a.replace(DATA_DIR, str(tmp_path / "data")) for a in container["args"]]

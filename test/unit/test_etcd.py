@@ -4,10 +4,10 @@ test/integration/test_torchrun_compat.py, the objects on the control plane in te
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from testbed import pins
 
 from controller.api import TorchrunJob, TorchrunQueue
 from controller.api.distributed import DEFAULT_ETCD_IMAGE
@@ -19,8 +19,6 @@ from controller.torchrunjob.etcd import (
     restart_of,
 )
 from controller.torchrunjob.rendezvous import rendezvous
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def queue(**spec: Any) -> TorchrunQueue:
@@ -102,13 +100,9 @@ def test_queue_settings_the_etcd_takes_and_those_it_does_not() -> None:
 
 
 def test_the_default_image_is_the_etcd_the_tests_build() -> None:
-    pins = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    assert DEFAULT_ETCD_IMAGE.endswith(":" + pins["ETCD_V2_VERSION"])
-    assert pins["ETCD_V2_VERSION"].startswith("v3.5.")  # 3.6 removed the v2 API
+    versions = pins()
+    assert DEFAULT_ETCD_IMAGE.endswith(":" + versions["ETCD_V2_VERSION"])
+    assert versions["ETCD_V2_VERSION"].startswith("v3.5.")  # 3.6 removed the v2 API
 
 
 def pod(
