@@ -148,7 +148,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def harness() -> Iterator[Harness]:
     server = Harness()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll interval: shutdown() waits for the loop's next look (0.5 s by default)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server
