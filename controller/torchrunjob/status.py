@@ -131,9 +131,10 @@ def changed_conditions(old: Sequence[Condition], new: Sequence[Condition]) -> li
 class StatusUpdate:
     """The status one reconcile is building: conditions set so far, and the timers it asks for.
 
-    Pure: it only records. `cond` keeps `lastTransitionTime` unless the status flips (see
-    `set_condition`); `timers` are delays in seconds after which the job must be looked at again
-    (TTL, deadline); `requeue` asks for a rate-limited retry (a name conflict).
+    Pure: it only records. `cond` keeps `lastTransitionTime` unless the status differs from the
+    stored one (see `set_condition`), however often the pass sets it; `timers` are delays in
+    seconds after which the job must be looked at again (TTL, deadline); `requeue` asks for a
+    rate-limited retry (a name conflict).
     """
 
     def __init__(self, job: TorchrunJob, now: datetime) -> None:
@@ -147,6 +148,14 @@ class StatusUpdate:
         conds = set_condition(
             self.status.conditions, type_, status, reason, message, self.job.metadata.generation, self.now
         )
+        # Set twice in one pass (Admitted=True by admission, then False on a name conflict), a
+        # condition has moved only if it ends where the stored one was not: otherwise every such
+        # pass would write a new lastTransitionTime, and its own watch event would cause another pass.
+        stored = find_condition(self.job.status.conditions, type_)
+        new = find_condition(conds, type_)
+        if stored is not None and new is not None and new.status == stored.status:
+            kept = dataclasses.replace(new, last_transition_time=stored.last_transition_time)
+            conds = tuple(kept if c.type == type_ else c for c in conds)
         self.status = dataclasses.replace(self.status, conditions=conds)
 
     def set(self, **changes: Any) -> None:

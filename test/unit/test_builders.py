@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import datetime, timezone
 from typing import Any
 
 from controller.api import (
     JobConditionType,
     JobPhase,
     TorchrunJob,
+    TorchrunJobStatus,
     TorchrunQueue,
     resolve_topology,
     set_condition,
@@ -177,6 +180,25 @@ def test_phase_follows_conditions_in_precedence_order() -> None:
     syncing = set_condition((), JobConditionType.WORKSPACE_READY, False, "Syncing", "", 1, now)
     assert st.phase_of(syncing) == JobPhase.SYNCING
     assert st.phase_of(()) == JobPhase.PENDING
+
+
+def test_a_condition_set_twice_in_a_pass_keeps_its_time_when_it_ends_as_stored() -> None:
+    """A name-conflict retry sets Admitted=True (admission), then False again, as stored: nothing
+    changed, so nothing is written (a new lastTransitionTime on every retry was a write, whose
+    watch event was one more pass)."""
+    earlier, now = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 2, tzinfo=timezone.utc)
+    generation = job().metadata.generation
+    stored = set_condition((), JobConditionType.ADMITTED, False, "NameConflict", "taken", generation, earlier)
+    waiting = dataclasses.replace(job(), status=TorchrunJobStatus(conditions=stored))
+    s = st.StatusUpdate(waiting, now)
+    s.cond(JobConditionType.ADMITTED, True, "Admitted", "fits")
+    assert s.status.conditions[0].last_transition_time == now  # a flip within the pass so far
+    s.cond(JobConditionType.ADMITTED, False, "NameConflict", "taken")
+    assert s.status.conditions == stored
+    # one that really flips moves
+    s = st.StatusUpdate(waiting, now)
+    s.cond(JobConditionType.ADMITTED, True, "Admitted", "fits")
+    assert s.status.conditions[0].last_transition_time == now
 
 
 def test_worker_outcome_and_unschedulable_reason() -> None:
