@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -168,9 +169,40 @@ class Cluster:
             time.sleep(0.2)
 
     def controlplane(self, *args: str) -> None:
+        started = time.time()
         subprocess.run(
             [str(CONTROLPLANE), *args], env=self.env(), check=True, capture_output=True, timeout=300
         )
+        if args[:1] == ("up",) or args[:2] == ("start", "kwok"):
+            self.wait_for_kwok(started)
+
+    def wait_for_kwok(self, since: float, timeout: float = 120) -> None:
+        """Return once a kwok started after `since` manages every fake node again.
+
+        kwok moves a node's pods (starts, ends, deletes them) only while it holds the node's Lease.
+        One started again (`up` after `down`, `start kwok`) finds its predecessor's Leases still
+        there and takes them over about 30 s later; `up` only waits for the nodes to be Ready, which
+        they still are. Until then a pod bound to a fake node stays as it is, so a test that ran
+        next would wait that long for its pods. A Lease renewed after `since` is the new kwok's."""
+
+        def renewed() -> bool:
+            nodes = self.get("nodes")["items"]
+            fake = {
+                n["metadata"]["name"]
+                for n in nodes
+                if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") == "fake"
+            }
+            leases = {
+                item["metadata"]["name"]: (item.get("spec") or {}).get("renewTime")
+                for item in self.get("leases", "-n", "kube-node-lease")["items"]
+            }
+            return all(
+                leases.get(name)
+                and datetime.fromisoformat(leases[name].replace("Z", "+00:00")).timestamp() > since
+                for name in fake
+            )
+
+        wait_until(renewed, timeout, 0.5, message="kwok to hold every fake node's Lease again")
 
     def stop(self, component: str) -> None:
         self.controlplane("stop", component)
