@@ -1,12 +1,15 @@
 """No silent skips: a skipped test proves nothing, so a run fails on any skip not listed as
-expected, and every skip is printed with its reason.
+expected, and every skip is printed with its reason. An xfail is a skip by another name (the
+test ran, failed, and the run stayed green), and so is an xpass (a test marked as failing that
+passed, its mark no longer true): both are held to the same list.
 
-The expected skips live in one file, `test/expected_skips.txt` (another with the environment
-variable `TORCHRUN_EXPECTED_SKIPS`), one per line:
+The expected skips (xfails, xpasses) live in one file, `test/expected_skips.txt` (another with
+the environment variable `TORCHRUN_EXPECTED_SKIPS`), one per line:
 
     <test node id, fnmatch wildcards allowed> | <text the skip reason contains> | <why it is expected>
 
-A skip matches a line when its node id matches the pattern and its reason contains the text;
+A skip matches a line when its node id matches the pattern and its reason (an xfail's: the
+mark's or `pytest.xfail`'s reason) contains the text;
 the third field is for the reader and must not be empty. test/conftest.py registers the policy;
 `-p skip_policy` loads it into any pytest run (the policy's own unit test does that).
 At the end of the session a "skips" section lists every skip, expected or not, and an
@@ -41,6 +44,7 @@ class ExpectedSkip:
 class Skip:
     nodeid: str
     reason: str
+    kind: str = "skipped"  # or "xfailed", "xpassed"
 
 
 def parse(text: str, source: str = "expected skips") -> list[ExpectedSkip]:
@@ -80,7 +84,11 @@ class SkipPolicy:
         self.skips: list[Skip] = []
 
     def _record(self, report: pytest.CollectReport | pytest.TestReport) -> None:
-        if report.skipped and not hasattr(report, "wasxfail"):  # an xfail is reported as a skip
+        xfail = getattr(report, "wasxfail", None)  # pytest reports an xfail as a skip, an xpass as a pass
+        if xfail is not None and (report.skipped or report.passed):
+            kind = "xfailed" if report.skipped else "xpassed"
+            self.skips.append(Skip(report.nodeid, xfail.removeprefix("reason: "), kind))
+        elif report.skipped:
             self.skips.append(Skip(report.nodeid, reason_of(report)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -100,11 +108,12 @@ class SkipPolicy:
         for skip in self.skips:
             why = next((e.why for e in self.expected if e.matches(skip)), None)
             verdict = f"expected ({why})" if why else "UNEXPECTED"
-            terminalreporter.line(f"{verdict}: {skip.nodeid}: {skip.reason}", red=not why)
+            kind = "" if skip.kind == "skipped" else f" ({skip.kind})"
+            terminalreporter.line(f"{verdict}: {skip.nodeid}{kind}: {skip.reason}", red=not why)
         if bad:
             terminalreporter.line(
-                f"{len(bad)} unexpected skip(s): the session fails; fix the cause or list the skip, "
-                "with why it is expected, in test/expected_skips.txt",
+                f"{len(bad)} unexpected skip(s) or xfail(s): the session fails; fix the cause or list"
+                " it, with why it is expected, in test/expected_skips.txt",
                 red=True,
                 bold=True,
             )

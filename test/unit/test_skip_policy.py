@@ -1,6 +1,7 @@
-"""The skip policy (test/skip_policy.py): an unlisted skip fails the run, a listed one does not,
-and every skip is printed with its reason. The end-to-end cases run a real pytest session on a
-throwaway test file with the policy loaded, exactly as test/conftest.py loads it."""
+"""The skip policy (test/skip_policy.py): an unlisted skip (or xfail, or xpass) fails the run, a
+listed one does not, and every one is printed with its reason. The end-to-end cases run a real
+pytest session on a throwaway test file with the policy loaded, exactly as test/conftest.py loads
+it."""
 
 from __future__ import annotations
 
@@ -22,15 +23,29 @@ def test_runs():
 
 def test_needs_a_tool():
     pytest.skip("the frobnicator is not installed")
+"""
 
-@pytest.mark.xfail(reason="a known bug, not a skip")
+XFAILING = """
+import pytest
+
+def test_runs():
+    assert True
+
+@pytest.mark.xfail(reason="a known bug in the frobnicator")
 def test_known_bug():
     assert False
+
+def test_gives_up():
+    pytest.xfail("the gizmo misbehaves")
+
+@pytest.mark.xfail(reason="was broken once")
+def test_fixed_since():
+    assert True
 """
 
 
-def run_session(tmp_path: Path, expected: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_sample.py").write_text(SKIPPING)
+def run_session(tmp_path: Path, expected: str, sample: str = SKIPPING) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_sample.py").write_text(sample)
     listing = tmp_path / "expected.txt"
     listing.write_text(expected)
     env = {
@@ -61,10 +76,32 @@ def run_session(tmp_path: Path, expected: str) -> subprocess.CompletedProcess[st
 
 def test_an_unlisted_skip_fails_a_session_whose_tests_all_passed(tmp_path: Path) -> None:
     proc = run_session(tmp_path, "# nothing expected\n")
-    assert "1 passed, 1 skipped, 1 xfailed" in proc.stdout, proc.stdout
+    assert "1 passed, 1 skipped" in proc.stdout, proc.stdout
     assert proc.returncode == 1, proc.stdout
     assert "UNEXPECTED: test_sample.py::test_needs_a_tool: the frobnicator is not installed" in proc.stdout
-    assert "test_known_bug" not in proc.stdout.split("skips")[-1]  # an xfail is not a skip
+
+
+def test_an_unlisted_xfail_or_xpass_fails_a_session_with_no_failure(tmp_path: Path) -> None:
+    proc = run_session(tmp_path, "# nothing expected\n", XFAILING)
+    assert "1 passed, 2 xfailed, 1 xpassed" in proc.stdout, proc.stdout
+    assert proc.returncode == 1, proc.stdout
+    skips = proc.stdout.split(" skips ")[-1]  # the section, not the summary line
+    assert "UNEXPECTED: test_sample.py::test_known_bug (xfailed): a known bug in the frobnicator" in skips
+    assert "UNEXPECTED: test_sample.py::test_gives_up (xfailed): the gizmo misbehaves" in skips
+    assert "UNEXPECTED: test_sample.py::test_fixed_since (xpassed): was broken once" in skips
+    assert "3 unexpected skip(s) or xfail(s)" in skips
+
+
+def test_listed_xfails_and_xpasses_pass_and_are_still_printed(tmp_path: Path) -> None:
+    listing = (
+        "test_sample.py::test_known_bug | frobnicator | upstream bug 12\n"
+        "test_sample.py::test_gives_up | gizmo | the gizmo is flaky\n"
+        "test_sample.py::test_fixed_since | broken once | to be unmarked\n"
+    )
+    proc = run_session(tmp_path, listing, XFAILING)
+    assert proc.returncode == 0, proc.stdout
+    assert "expected (upstream bug 12): test_sample.py::test_known_bug (xfailed)" in proc.stdout
+    assert "expected (to be unmarked): test_sample.py::test_fixed_since (xpassed)" in proc.stdout
 
 
 def test_a_listed_skip_passes_and_is_still_printed_with_why(tmp_path: Path) -> None:
