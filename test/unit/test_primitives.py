@@ -21,10 +21,28 @@ def test_backoff_doubles_caps_and_resets_after_quiet() -> None:
     assert b.next() == 0.8
 
 
-def test_backoff_jitter_stays_within_bounds() -> None:
-    b = Backoff(initial=1.0, maximum=30, jitter=1.0, rng=random.Random(4))
-    first = b.next()
-    assert 1.0 <= first <= 2.0
+def test_backoff_jitter_adds_up_to_jitter_times_the_delay_spread_evenly() -> None:
+    """Each delay is its un-jittered value d plus a uniform share of `jitter`·d, and the jitter
+    never compounds into the doubling: over many backoffs every delay stays in [d, d·(1+jitter)],
+    the mean is d·(1+jitter/2), and each tenth of the range gets about a tenth of the samples."""
+    clock = FakeClock()
+    plain = [b.next() for b in [Backoff(initial=0.5, maximum=10, jitter=0, clock=clock)] for _ in range(7)]
+    assert plain == [0.5, 1, 2, 4, 8, 10, 10]
+    jitter, rng = 0.6, random.Random(7)
+    runs = 2000
+    shares = [[] for _ in plain]  # per step: (delay - d) / (jitter·d), in [0, 1]
+    for _ in range(runs):
+        b = Backoff(initial=0.5, maximum=10, jitter=jitter, clock=clock, rng=rng)
+        for step, d in enumerate(plain):
+            delay = b.next()
+            assert d <= delay <= d * (1 + jitter), (step, delay)
+            shares[step].append((delay - d) / (jitter * d))
+    for step in shares:
+        assert sum(step) / runs == pytest.approx(0.5, abs=0.03)
+        tenths = [0] * 10
+        for share in step:
+            tenths[min(int(share * 10), 9)] += 1
+        assert all(abs(count - runs / 10) < runs / 25 for count in tenths), tenths
 
 
 def test_token_bucket_burst_then_rate() -> None:
