@@ -8,7 +8,7 @@ Ownership is proven only by a *controller* owner reference with the owner's UID 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,3 +60,46 @@ class Resource:
             if subresource:
                 base += f"/{subresource}"
         return base
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    """An API group and kind, as an owner reference names them (any version)."""
+
+    group: str
+    kind: str
+
+    def named_by(self, ref: Mapping[str, Any] | None) -> bool:
+        """True when owner reference `ref` points at this group and kind."""
+        if ref is None or ref.get("kind") != self.kind:
+            return False
+        api_version = str(ref.get("apiVersion", ""))
+        return (api_version.split("/", maxsplit=1)[0] if "/" in api_version else "") == self.group
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The object another one provably belongs to: namespace, name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+def resolve_owner(
+    obj: Obj, owner: GroupKind, via: GroupKind, get_via: Callable[[str, str], Obj | None]
+) -> Owner | None:
+    """The `owner`-kind object that controls `obj`: named by `obj`'s controller reference, or by
+    the controller reference of the `via`-kind object that controls `obj` — read with
+    `get_via(namespace, name)` and accepted only if its UID is the one referenced (client-go's
+    `resolveControllerRef`). None when neither proves it."""
+    ns = obj["metadata"].get("namespace", "")
+    ref = controller_of(obj)
+    if ref is not None and owner.named_by(ref):
+        return Owner(ns, ref["name"], ref["uid"])
+    if ref is None or not via.named_by(ref):
+        return None
+    middle = get_via(ns, ref["name"])
+    if middle is None or middle["metadata"].get("uid") != ref.get("uid"):
+        return None
+    return resolve_owner(middle, owner, GroupKind("", ""), lambda _ns, _name: None)

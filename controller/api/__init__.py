@@ -41,7 +41,14 @@ from controller.api.groupversion import (
     QUEUE_SINGULAR,
     VERSION,
 )
-from controller.api.labels import JOB_LABEL, PERSIST_LABEL, QUEUE_LABEL, ROLE_LABEL
+from controller.api.labels import (
+    GENERATION_ANNOTATION,
+    JOB_LABEL,
+    PERSIST_LABEL,
+    QUEUE_LABEL,
+    RESTART_ANNOTATION,
+    ROLE_LABEL,
+)
 from controller.api.quantity import Quantity
 from controller.api.storage import (
     AccessMode,
@@ -79,6 +86,7 @@ from controller.api.workspace import GitSource, PVCSource, S3Source, Workspace, 
 __all__ = [
     "API_VERSION",
     "CATEGORY",
+    "GENERATION_ANNOTATION",
     "GROUP",
     "JOB_KIND",
     "JOB_LABEL",
@@ -91,6 +99,7 @@ __all__ = [
     "QUEUE_PLURAL",
     "QUEUE_SHORT_NAME",
     "QUEUE_SINGULAR",
+    "RESTART_ANNOTATION",
     "ROLE_LABEL",
     "VERSION",
     "AccessMode",

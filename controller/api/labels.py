@@ -12,3 +12,8 @@ JOB_LABEL: Final = "torchrun-job-name"  # every object made for a job
 ROLE_LABEL: Final = "torchrun.ai/role"  # sync, worker
 QUEUE_LABEL: Final = "torchrun.ai/queue"  # worker pods and KAI Queues: the TorchrunQueue
 PERSIST_LABEL: Final = "torchrun.ai/persist"  # "true" on persisted checkpoints: never deleted by us
+
+# on a worker Job and a managed etcd pod: the whole-job restart (attempt) it was made for
+RESTART_ANNOTATION: Final = "torchrun.ai/restart"
+# on a sync pod: the generation it syncs; on a worker Job: the generation in use when it was made
+GENERATION_ANNOTATION: Final = "torchrun.ai/workspace-generation"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller.api.groupversion import (
@@ -14,10 +14,19 @@ from controller.api.groupversion import (
     QUEUE_PLURAL,
     VERSION,
 )
-from controller.meta import Resource
+from controller.meta import GroupKind, Obj, Owner, Resource, resolve_owner
 
 TORCHRUNJOBS = Resource(GROUP, VERSION, JOB_PLURAL, JOB_KIND, namespaced=True)
 TORCHRUNQUEUES = Resource(GROUP, VERSION, QUEUE_PLURAL, QUEUE_KIND, namespaced=False)
+TORCHRUNJOB_KIND = GroupKind(GROUP, JOB_KIND)
+BATCH_JOB_KIND = GroupKind("batch", "Job")  # a job's worker Job, which controls its pods
+
+
+def owning_job(obj: Obj, worker_job: Callable[[str, str], Obj | None]) -> Owner | None:
+    """The TorchrunJob that controls `obj`: directly, or through the worker Job (read with
+    `worker_job(namespace, name)`, its UID checked) that controls it. The one rule of ownership
+    for the controller's handlers and the garbage collector."""
+    return resolve_owner(obj, TORCHRUNJOB_KIND, BATCH_JOB_KIND, worker_job)
 
 
 def controller_reference(kind: str, name: str, uid: str) -> dict[str, Any]:

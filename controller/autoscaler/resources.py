@@ -13,8 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from controller.api.quantity import Quantity
-
-Obj = Mapping[str, Any]
+from controller.meta import Obj
 
 
 @lru_cache(maxsize=4096)  # a cluster writes the same few amounts over and over

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from controller.api.labels import JOB_LABEL, ROLE_LABEL
 from controller.autoscaler.model import (
@@ -37,8 +36,8 @@ from controller.autoscaler.model import (
     Toleration,
 )
 from controller.autoscaler.resources import node_allocatable, pod_requests
+from controller.meta import Obj
 
-Obj = Mapping[str, Any]
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # schedulers that admit work against a quota of their own: their queues are left alone

@@ -25,13 +25,12 @@ from controller.cache.reflector import Reflector
 from controller.cache.store import Indexer, IndexFunc
 from controller.cache.transforms import strip_managed_fields
 from controller.clock import REAL_CLOCK, Clock
-from controller.meta import Resource
+from controller.meta import Obj, Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 
 log = structlog.get_logger("informer")
 
-Obj = Mapping[str, Any]
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any
 
 from controller.cache.store import NAMESPACE_INDEX, Indexer
-
-Obj = Mapping[str, Any]
+from controller.meta import Obj
 
 
 def labels_match(obj: Obj, selector: Mapping[str, str] | None) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import structlog
@@ -43,7 +43,6 @@ from controller.rest.errors import ApiError, status_error
 
 log = structlog.get_logger("reflector")
 
-Obj = Mapping[str, Any]
 _SHORT_WATCH = 1.0  # seconds: a watch closing this fast with no event is an error
 _STOP_POLL = 1.0  # seconds: a backoff wait notices a bare `stop` event at least this often
 

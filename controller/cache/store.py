@@ -11,9 +11,9 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
-Obj = Mapping[str, Any]
+from controller.meta import Obj
+
 IndexFunc = Callable[[Obj], list[str]]
 
 NAMESPACE_INDEX = "namespace"

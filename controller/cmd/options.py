@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from controller.log import LEVELS
-from controller.torchrunjob.rendezvous import DEFAULT_CLUSTER_DOMAIN
-from controller.torchrunjob.storage import DEFAULT_SYNC_IMAGE
+from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
+from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 
 
 @dataclass(frozen=True)

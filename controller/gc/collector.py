@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
 
 import structlog
 
-from controller.api import GROUP, JOB_KIND, PERSIST_LABEL
+from controller.api import PERSIST_LABEL, parse_time
+from controller.api.resources import BATCH_JOB_KIND, owning_job
 from controller.cache import Lister
-from controller.meta import Resource, controller_of
+from controller.clock import Clock, RealClock
+from controller.meta import Obj, Owner, Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -38,32 +37,10 @@ from controller.rest.resources import JOBS, NODES, PODS
 log = structlog.get_logger("gc")
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
-Obj = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The TorchrunJob an object provably belongs to: namespace, name and UID."""
-
-    namespace: str
-    name: str
-    uid: str
 
 
 def _parse_time(value: str) -> float:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
-
-
-def _torchrunjob_ref(ref: Mapping[str, Any] | None) -> bool:
-    return (
-        ref is not None
-        and ref.get("kind") == JOB_KIND
-        and str(ref.get("apiVersion", "")).split("/")[0] == GROUP
-    )
-
-
-def _batch_job_ref(ref: Mapping[str, Any] | None) -> bool:
-    return ref is not None and ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
+    return parse_time(value).timestamp()
 
 
 class GarbageCollector:
@@ -78,8 +55,10 @@ class GarbageCollector:
         stuck_after: float = 60.0,
         node_lost_after: float = 60.0,
         metrics: ControllerMetrics | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
+        self.clock = clock or RealClock()
         self.job_lister = job_lister
         self.job_resource = job_resource
         self.owned = owned
@@ -104,7 +83,7 @@ class GarbageCollector:
 
     def collect(self, now: float | None = None) -> int:
         """One pass; returns how many objects were deleted (each one counted once)."""
-        now = datetime.now(timezone.utc).timestamp() if now is None else now
+        now = self.clock.wall() if now is None else now
         self._remember_worker_jobs()
         gone: dict[Owner, bool] = {}
         nodes: dict[str, str | None] = {}
@@ -126,27 +105,17 @@ class GarbageCollector:
     # -- proof of ownership ----------------------------------------------------------------------
 
     def owner_of(self, obj: Obj) -> Owner | None:
-        """The TorchrunJob that controls `obj`, directly or through its worker Job; else None."""
-        ns = obj["metadata"].get("namespace", "")
+        """The TorchrunJob that controls `obj`, directly or through its worker Job (from the cache,
+        or remembered from when it was there); else None."""
+        owner = owning_job(obj, self._worker_job)
+        if owner is not None:
+            return owner
         ref = controller_of(obj)
-        if _torchrunjob_ref(ref):
-            assert ref is not None
-            return Owner(ns, ref["name"], ref["uid"])
-        if _batch_job_ref(ref):
-            assert ref is not None
-            worker = self.owned.get(JOBS)
-            job = worker.get(ref["name"], ns) if worker is not None else None
-            if job is not None and job["metadata"].get("uid") == ref["uid"]:
-                return self._job_owner(job)
-            return self._worker_jobs.get(ref["uid"])
-        return None
+        return self._worker_jobs.get(ref["uid"]) if BATCH_JOB_KIND.named_by(ref) and ref else None
 
-    def _job_owner(self, job: Obj) -> Owner | None:
-        ref = controller_of(job)
-        if not _torchrunjob_ref(ref):
-            return None
-        assert ref is not None
-        return Owner(job["metadata"].get("namespace", ""), ref["name"], ref["uid"])
+    def _worker_job(self, namespace: str, name: str) -> Obj | None:
+        worker = self.owned.get(JOBS)
+        return worker.get(name, namespace) if worker is not None else None
 
     def _remember_worker_jobs(self) -> None:
         lister = self.owned.get(JOBS)
@@ -154,7 +123,7 @@ class GarbageCollector:
             return
         seen: dict[str, Owner] = {}
         for job in lister.list():
-            owner = self._job_owner(job)
+            owner = owning_job(job, _no_worker_job)
             if owner is not None:
                 seen[job["metadata"]["uid"]] = owner
         # keep what we learned about Jobs already deleted while pods of theirs are still cached
@@ -244,3 +213,7 @@ def node_lost(name: str, node: Obj | None, now: float, grace: float) -> str | No
 
 def _persisted(obj: Obj) -> bool:
     return ((obj["metadata"].get("labels") or {}).get(PERSIST_LABEL)) == "true"
+
+
+def _no_worker_job(_namespace: str, _name: str) -> Obj | None:
+    return None  # a worker Job is controlled by its TorchrunJob directly

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from controller.api import format_time
 from controller.clock import utc_now
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -29,7 +30,7 @@ WARNING = "Warning"
 
 
 def _now() -> str:
-    return utc_now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(utc_now())
 
 
 class EventRecorder:

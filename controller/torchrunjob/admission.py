@@ -23,7 +23,8 @@ from controller.api import (
     resolve_topology,
     validate_job,
 )
-from controller.torchrunjob.launch import LaunchError, ParsedCommand, parse_command
+from controller.torchrunjob.manifests.launch import LaunchError, ParsedCommand, parse_command
+from controller.torchrunjob.reasons import Reason
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Admission:
 class Refusal:
     """Why the job may not run yet: the `Admitted=False` reason and message."""
 
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -53,18 +54,18 @@ def admit(job: TorchrunJob, raw_queue: Mapping[str, Any] | None) -> Admission | 
     qname = job.spec.job_queue
     if raw_queue is None:
         return Refusal(
-            "QueueNotFound", f"TorchrunQueue {qname} does not exist; the job starts when it is created"
+            Reason.QUEUE_NOT_FOUND, f"TorchrunQueue {qname} does not exist; the job starts when it is created"
         )
     queue = TorchrunQueue.from_json(raw_queue)
     if not is_true(queue.status.conditions, QueueConditionType.READY):
         ready = find_condition(queue.status.conditions, QueueConditionType.READY)
         why = f": {ready.reason}: {ready.message}" if ready else " yet"
-        return Refusal("QueueNotReady", f"TorchrunQueue {qname} is not Ready{why}")
+        return Refusal(Reason.QUEUE_NOT_READY, f"TorchrunQueue {qname} is not Ready{why}")
     errors = validate_job(job, queue)
     if errors:
-        return Refusal("InvalidSpec", "; ".join(str(e) for e in errors))
+        return Refusal(Reason.INVALID_SPEC, "; ".join(str(e) for e in errors))
     try:
         parsed = parse_command(job.spec.command)
     except LaunchError as exc:
-        return Refusal("InvalidCommand", str(exc))
+        return Refusal(Reason.INVALID_COMMAND, str(exc))
     return Admission(queue, resolve_topology(job.spec, queue.spec.node_resources), parsed)

@@ -1,11 +1,13 @@
 """The objects a TorchrunJob owns (Service, worker Job): make them exist, never touch others'.
 
 What `Children` guarantees:
-- `ensure(resource, job, desired)` returns the object of that name controlled by this job (from
-  the cache, or created), or a `NameConflict` when the name is taken by an object it does not
+- `ensure(resource, job, desired)` is a step (`steps.py`): `Proceed(obj)` with the object of
+  that name controlled by this job (from the cache, or created), or a `Wait` with
+  `Admitted=False NameConflict` naming the object when the name is taken by an object it does not
   control (no controller owner reference with the job's UID). A foreign object is never adopted,
   patched or deleted. A create answered with AlreadyExists (the cache is behind, or a create we
-  sent before) is resolved with one GET: ours → use it; someone else's → `NameConflict`.
+  sent before) is resolved with one GET: ours → use it; someone else's → the conflict; gone
+  again → a plain retry with backoff.
 - `delete(resource, job)` deletes the object only when this job controls it, with a UID
   precondition, so a same-named object created meanwhile is never hit.
 - Writes use field manager `torchrun-controller` (the REST client's default).
@@ -19,15 +21,15 @@ from typing import Any
 
 import structlog
 
-from controller.api import JOB_KIND, TorchrunJob
+from controller.api import JOB_KIND, JobConditionType, TorchrunJob
 from controller.cache import Lister
-from controller.errors import TransientError
-from controller.meta import Resource, controller_of, is_controlled_by
+from controller.meta import Obj, Resource, controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
+from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("torchrunjob")
-Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class NameConflict:
         )
 
 
-def _conflict(resource: Resource, obj: Obj) -> NameConflict:
+def name_conflict(resource: Resource, obj: Obj) -> NameConflict:
+    """The conflict of an object named like one of the job's that the job does not control."""
     meta = obj["metadata"]
     ref = controller_of(obj)
     return NameConflict(
@@ -66,12 +69,12 @@ def _conflict(resource: Resource, obj: Obj) -> NameConflict:
     )
 
 
-@dataclass(frozen=True)
-class Ensured:
-    """The outcome of `Children.ensure`: exactly one of `obj` and `conflict` is set."""
-
-    obj: Obj | None = None
-    conflict: NameConflict | None = None
+def conflict_wait(conflict: NameConflict) -> Wait:
+    """`Admitted=False NameConflict` naming the object, retried with backoff: the name being
+    freed by someone else is announced by no event of ours."""
+    return Wait(
+        Observed(JobConditionType.ADMITTED, False, Reason.NAME_CONFLICT, conflict.message), retry=True
+    )
 
 
 class Children:
@@ -83,33 +86,33 @@ class Children:
         """The cached object of that name (default: the job's name), whoever owns it."""
         return self.listers[resource].get(name or job.name, job.namespace)
 
-    def ensure(self, resource: Resource, job: TorchrunJob, desired: dict[str, Any]) -> Ensured:
+    def ensure(self, resource: Resource, job: TorchrunJob, desired: dict[str, Any]) -> Step[Obj]:
         name = desired["metadata"]["name"]
         cached = self.get(resource, job, name)
         if cached is not None:
             if is_controlled_by(cached, job.metadata.uid):
-                return Ensured(obj=cached)
-            return Ensured(conflict=_conflict(resource, cached))
+                return Proceed(cached)
+            return conflict_wait(name_conflict(resource, cached))
         try:
             created: Obj = self.client.create(resource, desired)
             log.info("created", resource=resource.key, key=f"{job.namespace}/{name}")
-            return Ensured(obj=created)
+            return Proceed(created)
         except ApiError as exc:
             if not exc.already_exists:
                 raise
         return self._resolve_existing(resource, job, name)
 
-    def _resolve_existing(self, resource: Resource, job: TorchrunJob, name: str) -> Ensured:
+    def _resolve_existing(self, resource: Resource, job: TorchrunJob, name: str) -> Step[Obj]:
         """After AlreadyExists: one GET tells ours (cache behind) from someone else's."""
         try:
             live = self.client.get(resource, name, job.namespace)
         except ApiError as exc:
             if exc.not_found:  # deleted between our create and this read: try again later
-                raise TransientError(f"{resource.kind} {job.namespace}/{name} came and went") from exc
+                return Wait(retry=True)
             raise
         if is_controlled_by(live, job.metadata.uid):
-            return Ensured(obj=live)
-        return Ensured(conflict=_conflict(resource, live))
+            return Proceed(live)
+        return conflict_wait(name_conflict(resource, live))
 
     def delete(self, resource: Resource, job: TorchrunJob, name: str | None = None) -> None:
         existing = self.get(resource, job, name)

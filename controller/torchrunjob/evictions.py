@@ -9,15 +9,12 @@ was replaced under its name (UID precondition), is skipped. Returns how many wer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from controller.meta import is_controlled_by
+from controller.meta import Obj, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import PODS
-
-Obj = Mapping[str, Any]
 
 
 def live_workers(pods: Iterable[Obj], worker_job: Obj) -> list[Obj]:

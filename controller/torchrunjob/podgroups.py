@@ -10,13 +10,16 @@ What `PodGroups.ensure(job, queue, topo)` guarantees, called before the worker J
   and the priority class of the pods. It exists before any pod does, so no pod is ever scheduled
   outside its gang. Only the fields written here are patched when they drift; the schedulers'
   status and their own fields are never touched. The pods join it through the label or
-  annotation of `scheduling.py`.
-- A PodGroup of the same name owned by an earlier TorchrunJob of the same name is waited out
-  (the garbage collector is removing it): a rate-limited retry, and its delete event brings the
-  job back at once. One created by someone else is left alone and used.
-- A PodGroup kind the cluster does not serve is a `TransientError` (retried in 30 s), never a
-  crash: the queue controller turns the same fact into `Ready=False`, which then holds the job
-  back with a `QueueNotReady` condition.
+  annotation of `manifests/scheduling.py`; the PodGroup itself is built in
+  `manifests/podgroup.py`.
+- The answer is a step (`steps.py`). A PodGroup of the same name that the job does not control
+  is a `Wait` with `Admitted=False NameConflict` naming it: one owned by an earlier TorchrunJob of
+  the same name is waited out (the garbage collector is removing it; its delete event brings the
+  job back at once), one created by someone else is never used, changed or deleted — a gang the
+  job does not own could hold any pods. Both retry with backoff.
+- A PodGroup kind the cluster does not serve is a `Wait` with `Admitted=False
+  SchedulerAPIMissing` (looked at again in 30 s), never a crash: the queue controller turns the
+  same fact into `Ready=False`, which then holds the job back with `QueueNotReady`.
 
 Reads come from caches, never from the API on a pass (SPEC §7): PodGroups from an informer per
 kind narrowed by the `torchrun-job-name` label, Kueue Workloads (Kueue's, unlabelled by us) from
@@ -43,126 +46,29 @@ makes it after the Job, and the cache may get it after the pass that looked).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from controller.api import (
-    JOB_KIND,
-    JOB_LABEL,
-    JobTopology,
-    Overridable,
-    Scheduler,
-    TorchrunJob,
-    TorchrunQueue,
-)
+from controller.api import JOB_LABEL, JobConditionType, JobTopology, Scheduler, TorchrunJob, TorchrunQueue
 from controller.cache import Lister, OptionalInformers
-from controller.errors import TransientError
-from controller.meta import Resource, controller_of, is_controlled_by
+from controller.meta import Obj, Resource, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.torchrunjob.builders import labels, owner_reference
-from controller.torchrunjob.scheduling import KAI_QUEUE_LABEL, pod_group_name
+from controller.torchrunjob.children import conflict_wait, name_conflict
+from controller.torchrunjob.manifests.podgroup import (
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_WORKLOADS,
+    build_pod_group,
+    drift,
+    workload_active_patch,
+)
+from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("podgroups")
-
-KAI_POD_GROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
-COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
-VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
-KUEUE_WORKLOADS = Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
-KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-VOLCANO_DEFAULT_QUEUE = "default"
-
-POD_GROUP_RESOURCES: dict[Scheduler, Resource] = {
-    Scheduler.KAI: KAI_POD_GROUPS,
-    Scheduler.COSCHEDULING: COSCHEDULING_POD_GROUPS,
-    Scheduler.VOLCANO: VOLCANO_POD_GROUPS,
-}
 MISSING_API_RETRY = 30.0
-
-
-# -- pure builders ------------------------------------------------------------------------------
-
-
-def min_member(topo: JobTopology) -> int:
-    """How many pods must be placed together: every node, or an elastic job's minimum."""
-    return topo.min_nodes if topo.elastic else topo.nodes
-
-
-def gang_priority(job: TorchrunJob, queue: TorchrunQueue) -> str | None:
-    """The priority class of the gang: the pods' own (the queue's, or an allowed override)."""
-    override = job.spec.overrides
-    if (
-        override is not None
-        and override.priority_class_name
-        and Overridable.PRIORITY_CLASS_NAME in queue.spec.allow_overrides
-    ):
-        return override.priority_class_name
-    return queue.spec.scheduling.priority_class_name
-
-
-def pod_group_spec(job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
-    """The fields of the PodGroup spec this controller owns, for the queue's scheduler."""
-    scheduler = queue.spec.scheduling.scheduler
-    spec: dict[str, Any] = {"minMember": min_member(topo)}
-    if scheduler == Scheduler.KAI:
-        spec["queue"] = queue.kai_queue_name
-    elif scheduler == Scheduler.VOLCANO:
-        spec["queue"] = VOLCANO_DEFAULT_QUEUE
-    priority = gang_priority(job, queue)
-    if priority and scheduler in (Scheduler.KAI, Scheduler.VOLCANO):  # coscheduling has no such field
-        spec["priorityClassName"] = priority
-    return spec
-
-
-def build_pod_group(
-    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology
-) -> tuple[Resource, dict[str, Any]] | None:
-    """The job's PodGroup and where it lives, or None when its scheduler reads none."""
-    resource = POD_GROUP_RESOURCES.get(queue.spec.scheduling.scheduler)
-    if resource is None:
-        return None
-    meta_labels = labels(job, "worker")
-    if queue.spec.scheduling.scheduler == Scheduler.KAI:
-        meta_labels[KAI_QUEUE_LABEL] = queue.kai_queue_name
-    manifest = {
-        "apiVersion": resource.api_version,
-        "kind": resource.kind,
-        "metadata": {
-            "name": pod_group_name(job),
-            "namespace": job.namespace,
-            "labels": meta_labels,
-            "ownerReferences": [owner_reference(job)],
-        },
-        "spec": pod_group_spec(job, queue, topo),
-    }
-    return resource, manifest
-
-
-def drift(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """The merge patch that brings the fields we own back to `desired` ({} when none differ)."""
-    patch: dict[str, Any] = {}
-    have_spec = existing.get("spec") or {}
-    spec = {k: v for k, v in desired["spec"].items() if have_spec.get(k) != v}
-    if spec:
-        patch["spec"] = spec
-    have_labels = existing["metadata"].get("labels") or {}
-    want_labels = {k: v for k, v in desired["metadata"]["labels"].items() if have_labels.get(k) != v}
-    if want_labels:
-        patch["metadata"] = {"labels": want_labels}
-    return patch
-
-
-def workload_active_patch(workload: Mapping[str, Any], suspended: bool) -> dict[str, Any] | None:
-    """The patch that makes a Kueue Workload's `spec.active` follow the job's suspend, if needed."""
-    active = (workload.get("spec") or {}).get("active", True)
-    if active is (not suspended):
-        return None
-    return {"spec": {"active": not suspended}}
-
-
-# -- I/O ----------------------------------------------------------------------------------------
+RACE = Wait(retry=True)  # created and gone again between two requests: look again with backoff
 
 
 class PodGroups:
@@ -175,60 +81,56 @@ class PodGroups:
         self.informers = informers
         self.worker_jobs = worker_jobs
 
-    def ensure(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> None:
+    def ensure(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> Step[None]:
         built = build_pod_group(job, queue, topo)
         if built is not None:
-            self._ensure_pod_group(job, *built)
-        elif queue.spec.scheduling.scheduler == Scheduler.KUEUE:
+            return self._ensure_pod_group(job, *built)
+        if queue.spec.scheduling.scheduler == Scheduler.KUEUE:
             self._follow_suspend(job)
+        return Proceed(None)
 
     # -- PodGroups --------------------------------------------------------------------------
 
-    def _ensure_pod_group(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> None:
+    def _ensure_pod_group(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> Step[None]:
         name = desired["metadata"]["name"]
         cache = self.informers.lister(resource, label_selector=JOB_LABEL)
         if cache is None:
-            raise _not_served(resource)
+            return _not_served(resource)
         existing = cache.get(name, job.namespace)
         if existing is None:
-            existing = self._create(job, resource, desired)
-            if existing is None:
-                return
+            created = self._create(job, resource, desired)
+            if not isinstance(created, Proceed):
+                return created
+            if created.value is None:
+                return Proceed(None)
+            existing = created.value
         if not is_controlled_by(existing, job.metadata.uid):
-            if _controlled_by_kind(existing, JOB_KIND):
-                # rate-limited; its delete event (wiring.py) brings the job back sooner
-                raise TransientError(
-                    f"{resource.key} {job.namespace}/{name} belongs to an earlier job of that name "
-                    "and is being deleted"
-                )
-            return  # someone else's PodGroup: used as it is, never changed
+            return conflict_wait(name_conflict(resource, existing))
         patch = drift(existing, desired)
         if patch:
             self.client.patch(resource, name, patch, job.namespace)
             log.info("pod group updated", key=job.key, resource=resource.key, patch=patch)
+        return Proceed(None)
 
-    def _create(
-        self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]
-    ) -> Mapping[str, Any] | None:
-        """Create the PodGroup; None when created, else the one that exists (read fresh)."""
+    def _create(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> Step[Obj | None]:
+        """Create the PodGroup: Proceed(None) when created, else Proceed(the one that exists, read
+        fresh), or a Wait when the kind is not served or the object came and went."""
+        name = desired["metadata"]["name"]
         try:
             self.client.create(resource, desired)
         except ApiError as exc:
-            if exc.already_exists:
-                return self._read(job, resource, desired["metadata"]["name"])
             if exc.not_found:  # the kind is not served (a namespace being deleted also lands here)
-                raise _not_served(resource) from exc
-            raise
+                return _not_served(resource)
+            if not exc.already_exists:
+                raise
+            try:
+                return Proceed(self.client.get(resource, name, job.namespace))
+            except ApiError as again:
+                if again.not_found:
+                    return RACE
+                raise
         log.info("pod group created", key=job.key, resource=resource.key, spec=desired["spec"])
-        return None
-
-    def _read(self, job: TorchrunJob, resource: Resource, name: str) -> Mapping[str, Any]:
-        try:
-            return self.client.get(resource, name, job.namespace)
-        except ApiError as exc:
-            if exc.not_found:  # gone again since: a rate-limited retry creates it
-                raise TransientError(f"{resource.key} {job.namespace}/{name} was deleted meanwhile") from exc
-            raise
+        return Proceed(None)
 
     # -- Kueue ------------------------------------------------------------------------------
 
@@ -246,19 +148,16 @@ class PodGroups:
             self.client.patch(KUEUE_WORKLOADS, name, patch, job.namespace)
             log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
 
-    def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Mapping[str, Any]]:
+    def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Obj]:
         cache = self.informers.lister(KUEUE_WORKLOADS)
         if cache is None:  # Kueue is not installed; the queue is not Ready then anyway
             return []
         return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
 
 
-def _not_served(resource: Resource) -> TransientError:
-    return TransientError(
-        f"the cluster does not serve {resource.key}; the job waits for it", requeue_after=MISSING_API_RETRY
+def _not_served(resource: Resource) -> Wait:
+    message = (
+        f"the cluster does not serve {resource.key}, which the queue's scheduler needs; the job waits for it"
     )
-
-
-def _controlled_by_kind(obj: Mapping[str, Any], kind: str) -> bool:
-    ref = controller_of(obj)
-    return ref is not None and ref.get("kind") == kind
+    condition = Observed(JobConditionType.ADMITTED, False, Reason.SCHEDULER_API_MISSING, message)
+    return Wait(condition, requeue_after=MISSING_API_RETRY)

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api import (
     Condition,
+    ConditionStatus,
     JobConditionType,
     JobPhase,
     TorchrunJob,
@@ -27,7 +28,9 @@ from controller.api import (
 )
 from controller.cache import thaw
 from controller.meta import controller_of
-from controller.torchrunjob.builders import CONTAINER
+from controller.torchrunjob.manifests.worker import CONTAINER
+from controller.torchrunjob.reasons import Reason, Severity, severity_of
+from controller.torchrunjob.steps import Observed, Wait
 
 # Job failure reasons that come from a FailJob rule of our podFailurePolicy: permanent exit codes
 PERMANENT_FAILURE_REASONS = frozenset({"PodFailurePolicy"})
@@ -46,7 +49,7 @@ def phase_of(conditions: Sequence[Condition]) -> JobPhase:
     if (
         ws is not None
         and not is_true(conditions, JobConditionType.WORKSPACE_READY)
-        and ws.reason == "Syncing"
+        and ws.reason == Reason.SYNCING
     ):
         return JobPhase.SYNCING
     return JobPhase.PENDING
@@ -94,7 +97,7 @@ def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
             if (
                 cond.get("type") == "PodScheduled"
                 and cond.get("status") == "False"
-                and (cond.get("reason") == "Unschedulable")
+                and cond.get("reason") == "Unschedulable"  # kube-scheduler's reason
             ):
                 return f"pod {pod['metadata']['name']}: {cond.get('message') or 'unschedulable'}"
     return None
@@ -119,7 +122,7 @@ def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes
 
 
 def changed_conditions(old: Sequence[Condition], new: Sequence[Condition]) -> list[Condition]:
-    """Conditions whose status or reason differs from before (for Events)."""
+    """Conditions whose status or reason differs from before."""
     out = []
     for cond in new:
         prev = find_condition(old, cond.type)
@@ -128,13 +131,38 @@ def changed_conditions(old: Sequence[Condition], new: Sequence[Condition]) -> li
     return out
 
 
+@dataclass(frozen=True)
+class TransitionEvent:
+    warning: bool
+    reason: str
+    message: str
+
+
+def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> list[TransitionEvent]:
+    """The Events the move from `old` to `new` conditions is worth (`reasons.py` says which):
+    a Warning for a condition that moved to a warning reason — or a Failed condition that became
+    True — and a Normal one for a condition that became True with a normal reason. One Event per
+    reason, with the message of the condition that became True when two share it."""
+    events: dict[str, TransitionEvent] = {}
+    moved = changed_conditions(old, new)
+    for cond in sorted(moved, key=lambda c: c.status is not ConditionStatus.TRUE):
+        severity = severity_of(cond.reason)
+        became_true = cond.status is ConditionStatus.TRUE
+        failed = cond.type == JobConditionType.FAILED and became_true
+        warn = severity is Severity.WARNING or failed
+        if cond.reason in events or severity is Severity.QUIET or not (warn or became_true):
+            continue
+        events[cond.reason] = TransitionEvent(warn, cond.reason, cond.message)
+    return list(events.values())
+
+
 class StatusUpdate:
     """The status one reconcile is building: conditions set so far, and the timers it asks for.
 
-    Pure: it only records. `cond` keeps `lastTransitionTime` unless the status differs from the
-    stored one (see `set_condition`), however often the pass sets it; `timers` are delays in
-    seconds after which the job must be looked at again (TTL, deadline); `requeue` asks for a
-    rate-limited retry (a name conflict).
+    Pure: it only records what the steps returned. `cond` keeps `lastTransitionTime` unless the
+    status differs from the stored one (see `set_condition`), however often the pass sets it;
+    `timers` are delays in seconds after which the job must be looked at again (TTL, deadline,
+    a claim's bind deadline); `requeue` asks for a rate-limited retry (a name conflict).
     """
 
     def __init__(self, job: TorchrunJob, now: datetime) -> None:
@@ -157,6 +185,24 @@ class StatusUpdate:
             kept = dataclasses.replace(new, last_transition_time=stored.last_transition_time)
             conds = tuple(kept if c.type == type_ else c for c in conds)
         self.status = dataclasses.replace(self.status, conditions=conds)
+
+    def record(self, *conditions: Observed) -> None:
+        for c in conditions:
+            self.cond(c.type, c.status, c.reason, c.message)
+
+    def timer(self, seconds: float | None) -> None:
+        if seconds is not None:
+            self.timers.append(seconds)
+
+    def waits(self, step: object) -> bool:
+        """Record `step` if it is a `Wait` (its condition, timer, retry); True when it was."""
+        if not isinstance(step, Wait):
+            return False
+        if step.condition is not None:
+            self.record(step.condition)
+        self.timer(step.requeue_after)
+        self.requeue = self.requeue or step.retry
+        return True
 
     def set(self, **changes: Any) -> None:
         self.status = dataclasses.replace(self.status, **changes)

@@ -2,9 +2,10 @@
 
 `JobTracker` maps a job's key to its `JobUpdater`. An updater is created on first sight, dropped
 when the job is deleted, and replaced when a job of the same name comes back with a new UID. The
-tracker's lock guards the dict; each updater's own lock guards its fields — and since the
-workqueue never hands one key to two workers, an updater is in practice used by one thread at a
-time; the locks make that safe rather than lucky.
+tracker's lock guards the dict. An updater holds facts that outlive a pass — things done once per
+job per controller process — and `once(fact)` sets one atomically under the updater's own lock,
+held for that alone: never across a pass's network I/O (the workqueue already never hands one key
+to two workers; the lock makes the check-and-set safe rather than lucky).
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ from dataclasses import dataclass, field
 class JobUpdater:
     key: str
     uid: str
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # the submit→running latency is observed once per job (everything else lives in the status)
-    running_observed: bool = False
-    # the seed's deprecated `volumes.workspace` is warned about once per controller process
-    seed_form_warned: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # e.g. "running_observed" (the submit→running latency is observed once per job),
+    # "seed_form_warned" (the seed's deprecated `volumes.workspace` is warned about once)
+    _done: set[str] = field(default_factory=set)
+
+    def once(self, fact: str) -> bool:
+        """True the first time `fact` is asked for on this updater, False ever after."""
+        with self._lock:
+            if fact in self._done:
+                return False
+            self._done.add(fact)
+            return True
 
 
 class JobTracker:

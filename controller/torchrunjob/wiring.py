@@ -20,26 +20,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from controller.api import GROUP, JOB_KIND, JOB_LABEL
-from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEUES, job_queue_index
+from controller.api import JOB_LABEL
+from controller.api.resources import (
+    JOB_QUEUE_INDEX,
+    TORCHRUNJOBS,
+    TORCHRUNQUEUES,
+    job_queue_index,
+    owning_job,
+)
 from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.cache.transforms import slim_pod
-from controller.meta import Resource, controller_of
+from controller.meta import Obj, Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
-from controller.torchrunjob.controller import NAME_CONFLICT, Options, TorchrunJobReconciler
-from controller.torchrunjob.podgroups import KUEUE_WORKLOADS, POD_GROUP_RESOURCES, PodGroups
+from controller.torchrunjob.controller import Options, TorchrunJobReconciler
+from controller.torchrunjob.manifests.podgroup import KUEUE_WORKLOADS, POD_GROUP_RESOURCES
+from controller.torchrunjob.podgroups import PodGroups
+from controller.torchrunjob.reasons import Reason
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 
-Obj = Mapping[str, Any]
 NAME = "torchrunjob"
 
 
@@ -144,17 +151,8 @@ class Handlers:
 
     def owner_key(self, obj: Obj) -> str | None:
         """`namespace/name` of the TorchrunJob controlling `obj` (through its worker Job for pods)."""
-        ns = obj["metadata"].get("namespace", "")
-        ref = controller_of(obj)
-        if ref is None:
-            return None
-        if ref.get("kind") == JOB_KIND and str(ref.get("apiVersion", "")).split("/")[0] == GROUP:
-            return _key(ns, ref["name"])
-        if ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1":
-            worker = self.worker_jobs.get(ref["name"], ns)
-            if worker is not None and worker["metadata"].get("uid") == ref.get("uid"):
-                return self.owner_key(worker)
-        return None
+        owner = owning_job(obj, lambda ns, name: self.worker_jobs.get(name, ns))
+        return None if owner is None else _key(owner.namespace, owner.name)
 
     def owned(self, obj: Obj) -> None:
         key = self.owner_key(obj)
@@ -178,4 +176,4 @@ class Handlers:
 
 def _waits_on_name(job: Obj) -> bool:
     conditions = (job.get("status") or {}).get("conditions") or ()
-    return any(c.get("reason") == NAME_CONFLICT for c in conditions)
+    return any(c.get("reason") == Reason.NAME_CONFLICT for c in conditions)

@@ -6,31 +6,33 @@ never adopted, changed or deleted — it is a `NameConflict`):
   queue enables them. A persisted checkpoints claim left by an earlier job of the same name is
   mounted again, untouched;
 - the generation the spec asks for (`spec.workspace.generation`) has its sync pod
-  `<job>-sync-<G>`; the answer is a `WorkspaceState`. A generation counts as synced only when its
-  pod succeeded **and** reported the sync program's marker for G. Until then the job waits
-  (`Syncing`, or `ClaimNotBound` once the workspace claim has stayed unbound past the timeout,
-  quoting the claim's Events); a failed sync gives the sync program's reason. While an earlier
-  generation runs, a new one that syncs or fails leaves it in use (`Reloading`, `ReloadFailed`);
-- sync pods of generations older than the one in use are removed once it is synced (the pod of
-  the generation in use stays, for `kubectl logs`).
-`roll` restarts (evicts) the worker pods made before the generation in use was synced, so all
-workers move to it together without touching the Job, the PVCs or the Service: evicted pods carry
-the DisruptionTarget condition, which the worker Job's podFailurePolicy ignores.
-`clean` (autoclean of a finished job) removes the sync pods and the workspace claim.
+  `<job>-sync-<G>`; the answer is a step (`steps.py`): `Proceed(WorkspaceState)` once a generation
+  the workers may run is synced, else a `Wait` with `WorkspaceReady=False`. A generation counts as
+  synced only when its pod succeeded **and** reported the sync program's marker for G. Until then
+  the job waits (`Syncing`, or `ClaimNotBound` once the workspace claim has stayed unbound past
+  the timeout, quoting the claim's Events); a failed sync gives the sync program's reason. While
+  an earlier generation runs, a new one that syncs or fails leaves it in use (`Reloading`,
+  `ReloadFailed`);
+- sync pods of generations older than the one in use are removed once it is synced (the pod of the
+  generation in use stays, for `kubectl logs`). `roll` restarts (evicts) the worker pods made
+  before the generation in use was synced, so all workers move to it together without touching the
+  Job, the PVCs or the Service: evicted pods carry the DisruptionTarget condition, which the
+  worker Job's podFailurePolicy ignores. `clean` (autoclean of a finished job) removes the sync
+  pods and the workspace claim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import structlog
 
 from controller.api import (
+    GENERATION_ANNOTATION,
     JOB_LABEL,
     ROLE_LABEL,
+    JobConditionType,
     JobTopology,
     TorchrunJob,
     TorchrunJobStatus,
@@ -38,15 +40,13 @@ from controller.api import (
     WorkspaceSource,
     parse_time,
 )
-from controller.meta import is_controlled_by
+from controller.meta import Obj, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS, PODS, PVCS
-from controller.torchrunjob.children import Children, NameConflict
+from controller.torchrunjob.children import Children, NameConflict, conflict_wait
 from controller.torchrunjob.evictions import evict_live_workers
-from controller.torchrunjob.status import unschedulable
-from controller.torchrunjob.storage import (
-    GENERATION_ANNOTATION,
+from controller.torchrunjob.manifests.storage import (
     build_checkpoints_pvc,
     build_workspace_pvc,
     checkpoints_claim_name,
@@ -54,16 +54,12 @@ from controller.torchrunjob.storage import (
     is_reattachable,
     workspace_claim_name,
 )
-from controller.torchrunjob.syncpod import build_sync_pod, sync_pod_state
+from controller.torchrunjob.manifests.syncpod import build_sync_pod, sync_pod_state
+from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.status import unschedulable
+from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("torchrunjob")
-Obj = Mapping[str, Any]
-
-SYNCED = "Synced"
-SYNCING = "Syncing"
-RELOADING = "Reloading"
-RELOAD_FAILED = "ReloadFailed"
-CLAIM_NOT_BOUND = "ClaimNotBound"
 
 
 @dataclass(frozen=True)
@@ -86,7 +82,6 @@ class WorkspaceState:
     sha256: str | None = None
     synced_at: datetime | None = None
     timer: float | None = None
-    conflict: NameConflict | None = None
 
 
 class WorkspaceSync:
@@ -97,33 +92,36 @@ class WorkspaceSync:
 
     # -- claims ------------------------------------------------------------------------------
 
-    def ensure_claims(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> NameConflict | None:
+    def ensure_claims(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> Step[None]:
         if has_workspace(job):
             got = self.children.ensure(PVCS, job, build_workspace_pvc(job, queue, topo))
-            if got.conflict is not None:
-                return got.conflict
+            if not isinstance(got, Proceed):
+                return got
         if queue.spec.storage.checkpoints.enabled:
             return self._ensure_checkpoints(job, queue, topo)
-        return None
+        return Proceed(None)
 
-    def _ensure_checkpoints(
-        self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology
-    ) -> NameConflict | None:
+    def _ensure_checkpoints(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> Step[None]:
         desired = build_checkpoints_pvc(job, queue, topo)
         if not queue.spec.storage.checkpoints.persist:
-            return self.children.ensure(PVCS, job, desired).conflict
+            got = self.children.ensure(PVCS, job, desired)
+            return got if not isinstance(got, Proceed) else Proceed(None)
         existing = self.children.get(PVCS, job, checkpoints_claim_name(job.name))
-        if existing is not None:
-            return None if is_reattachable(existing, job) else _conflict_of(existing)
-        try:
-            self.client.create(PVCS, desired)
-            log.info("created persistent checkpoints claim", key=job.key)
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
-            live = self.client.get(PVCS, checkpoints_claim_name(job.name), job.namespace)
-            return None if is_reattachable(live, job) else _conflict_of(live)
-        return None
+        if existing is None:
+            try:
+                self.client.create(PVCS, desired)
+                log.info("created persistent checkpoints claim", key=job.key)
+                return Proceed(None)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+            existing = self.client.get(PVCS, checkpoints_claim_name(job.name), job.namespace)
+        if is_reattachable(existing, job):
+            return Proceed(None)
+        meta = existing["metadata"]
+        return conflict_wait(
+            NameConflict("PersistentVolumeClaim", meta.get("namespace", ""), meta["name"], False)
+        )
 
     # -- the generation --------------------------------------------------------------------------
 
@@ -134,26 +132,30 @@ class WorkspaceSync:
         topo: JobTopology,
         status: TorchrunJobStatus,
         now: datetime,
-    ) -> WorkspaceState:
-        conflict = self.ensure_claims(job, queue, topo)
-        if conflict is not None:
-            return WorkspaceState(False, "NameConflict", conflict.message, conflict=conflict)
+    ) -> Step[WorkspaceState]:
+        claims = self.ensure_claims(job, queue, topo)
+        if not isinstance(claims, Proceed):
+            return claims
         if not has_workspace(job):
-            return WorkspaceState(True, "NoWorkspace", "workspace.source is none: the code is in the image")
+            message = "workspace.source is none: the code is in the image"
+            return Proceed(WorkspaceState(True, Reason.NO_WORKSPACE, message))
         in_use = _in_use(status)
         desired = job.spec.workspace.generation
         if in_use is not None and status.workspace_generation >= desired:
             self._remove_sync_pods(job, older_than=status.workspace_generation)
-            return in_use
+            return Proceed(in_use)
         image = queue.spec.sync_image or self.settings.image
         pod = build_sync_pod(
             job, queue, topo, generation=desired, image=image, upload_timeout=self.settings.upload_timeout
         )
         got = self.children.ensure(PODS, job, pod)
-        if got.conflict is not None:
-            return WorkspaceState(False, "NameConflict", got.conflict.message, conflict=got.conflict)
-        assert got.obj is not None
-        return self._observe(job, got.obj, desired, in_use, now)
+        if not isinstance(got, Proceed):
+            return got
+        state = self._observe(job, got.value, desired, in_use, now)
+        if state.ready:
+            return Proceed(state)
+        condition = Observed(JobConditionType.WORKSPACE_READY, False, state.reason, state.message)
+        return Wait(condition, requeue_after=state.timer)
 
     def _observe(
         self, job: TorchrunJob, pod: Obj, desired: int, in_use: WorkspaceState | None, now: datetime
@@ -166,17 +168,24 @@ class WorkspaceSync:
                 "workspace synced", key=job.key, generation=desired, pod=name, files=r.files, bytes=r.bytes
             )
             return WorkspaceState(
-                True, SYNCED, _in_use_message(desired, r.sha256), desired, r.sha256, state.finished_at or now
+                True,
+                Reason.SYNCED,
+                _in_use_message(desired, r.sha256),
+                desired,
+                r.sha256,
+                state.finished_at or now,
             )
         if state.done and state.result is not None:
             failure = f"generation {desired} did not sync ({state.result.reason}): {state.result.message}"
             if in_use is not None:
                 message = f"{failure}; generation {in_use.generation} stays in use"
-                return _replace(in_use, RELOAD_FAILED, message)
-            return WorkspaceState(False, state.result.reason or "SyncFailed", f"{failure} (pod {name})")
+                return _replace(in_use, Reason.RELOAD_FAILED, message)
+            return WorkspaceState(False, state.result.reason or Reason.SYNC_FAILED, f"{failure} (pod {name})")
         waiting = self._waiting(job, pod, desired, now)
         if in_use is not None:
-            return _replace(in_use, RELOADING, f"generation {in_use.generation} in use; {waiting.message}")
+            return _replace(
+                in_use, Reason.RELOADING, f"generation {in_use.generation} in use; {waiting.message}"
+            )
         return waiting
 
     def _waiting(self, job: TorchrunJob, pod: Obj, generation: int, now: datetime) -> WorkspaceState:
@@ -194,13 +203,13 @@ class WorkspaceSync:
                     f"PVC {claim_name} is not bound after {self.settings.claim_bind_timeout:g}s"
                     f" (storage class {klass}): {events}"
                 )
-                return WorkspaceState(False, CLAIM_NOT_BOUND, message)
+                return WorkspaceState(False, Reason.CLAIM_NOT_BOUND, message)
             timer = left
-            return WorkspaceState(False, SYNCING, f"waiting for PVC {claim_name} to bind", timer=timer)
+            return WorkspaceState(False, Reason.SYNCING, f"waiting for PVC {claim_name} to bind", timer=timer)
         name = pod["metadata"]["name"]
         blocked = unschedulable([pod])
         if blocked:
-            return WorkspaceState(False, SYNCING, f"sync pod {name} cannot be scheduled: {blocked}")
+            return WorkspaceState(False, Reason.SYNCING, f"sync pod {name} cannot be scheduled: {blocked}")
         if job.spec.workspace.source is WorkspaceSource.UPLOAD:
             what = (
                 f"waiting for the upload of generation {generation} into pod {name} "
@@ -208,7 +217,7 @@ class WorkspaceSync:
             )
         else:
             what = f"pod {name} is fetching generation {generation} from {job.spec.workspace.source.value}"
-        return WorkspaceState(False, SYNCING, what, timer=timer)
+        return WorkspaceState(False, Reason.SYNCING, what, timer=timer)
 
     def _claim_events(self, job: TorchrunJob, claim_name: str) -> str:
         selector = f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={claim_name}"
@@ -267,7 +276,9 @@ def _in_use(status: TorchrunJobStatus) -> WorkspaceState | None:
         return None
     g = status.workspace_generation
     message = _in_use_message(g, status.workspace_sha256)
-    return WorkspaceState(True, SYNCED, message, g, status.workspace_sha256, status.workspace_sync_time)
+    return WorkspaceState(
+        True, Reason.SYNCED, message, g, status.workspace_sha256, status.workspace_sync_time
+    )
 
 
 def _in_use_message(generation: int, sha256: str | None) -> str:
@@ -277,8 +288,3 @@ def _in_use_message(generation: int, sha256: str | None) -> str:
 
 def _replace(state: WorkspaceState, reason: str, message: str) -> WorkspaceState:
     return WorkspaceState(True, reason, message, state.generation, state.sha256, state.synced_at)
-
-
-def _conflict_of(obj: Obj) -> NameConflict:
-    meta = obj["metadata"]
-    return NameConflict("PersistentVolumeClaim", meta.get("namespace", ""), meta["name"], False)

@@ -38,7 +38,7 @@ from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.cmd.main import App
 from controller.rest import RESTClient
 from controller.rest.errors import ApiError
-from controller.torchrunjob.podgroups import KAI_POD_GROUPS, build_pod_group
+from controller.torchrunjob.manifests.podgroup import KAI_POD_GROUPS, build_pod_group
 from controller.torchrunqueue.kaiqueue import build_kai_queue
 
 CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"

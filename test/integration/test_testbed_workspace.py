@@ -39,7 +39,7 @@ def sync_pod(
     volumes: list[dict[str, Any]] | None = None,
     **container: Any,
 ) -> dict[str, Any]:
-    """A sync pod shaped like the controller's (controller/torchrunjob/syncpod.py)."""
+    """A sync pod shaped like the controller's (controller/torchrunjob/manifests/syncpod.py)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -42,9 +42,9 @@ import pytest
 from testbed import REPO, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
-from controller.torchrunjob.builders import build_worker_job
-from controller.torchrunjob.etcd import DATA_DIR, READY_PATH, build_etcd_pod
-from controller.torchrunjob.launch import parse_command
+from controller.torchrunjob.manifests.etcd import DATA_DIR, READY_PATH, build_etcd_pod
+from controller.torchrunjob.manifests.launch import parse_command
+from controller.torchrunjob.manifests.worker import build_worker_job
 
 TORCHRUNS = REPO / "hack" / "testbed" / "torchrun-versions.sh"
 ETCD_V2 = REPO / "hack" / "testbed" / "build-etcd-v2.sh"

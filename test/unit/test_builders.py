@@ -6,44 +6,17 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
+from jobspecs import env_of, job, queue, worker
+
 from controller.api import (
     JobConditionType,
     JobPhase,
-    TorchrunJob,
     TorchrunJobStatus,
-    TorchrunQueue,
-    resolve_topology,
     set_condition,
 )
 from controller.clock import utc_now
 from controller.torchrunjob import status as st
-from controller.torchrunjob.builders import build_service, build_worker_job
-from controller.torchrunjob.launch import parse_command
-
-
-def queue(**spec: Any) -> TorchrunQueue:
-    base: dict[str, Any] = {"nodeResources": {"gpus": 8, "cpus": "96", "memory": "1Ti"}, "image": "img:1"}
-    base.update(spec)
-    return TorchrunQueue.from_json({"metadata": {"name": "q"}, "spec": base})
-
-
-def job(**spec: Any) -> TorchrunJob:
-    base: dict[str, Any] = {"jobQueue": "q", "numNodes": 2, "command": "python train.py"}
-    base.update(spec)
-    return TorchrunJob.from_json({"metadata": {"name": "j", "namespace": "ns", "uid": "u-1"}, "spec": base})
-
-
-def worker(j: TorchrunJob, q: TorchrunQueue, **kw: Any) -> dict[str, Any]:
-    return build_worker_job(
-        j, q, resolve_topology(j.spec, q.spec.node_resources), parse_command(j.spec.command), **kw
-    )
-
-
-def env_of(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {
-        e["name"]: e.get("value", e.get("valueFrom"))
-        for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
+from controller.torchrunjob.manifests.service import build_service
 
 
 def test_service_is_headless_and_owned() -> None:

@@ -11,14 +11,14 @@ from testbed import pins
 
 from controller.api import TorchrunJob, TorchrunQueue
 from controller.api.distributed import DEFAULT_ETCD_IMAGE
-from controller.torchrunjob.etcd import (
+from controller.torchrunjob.manifests.common import restart_of
+from controller.torchrunjob.manifests.etcd import (
     build_etcd_pod,
     build_etcd_service,
     etcd_state,
     has_ended,
-    restart_of,
 )
-from controller.torchrunjob.rendezvous import rendezvous
+from controller.torchrunjob.manifests.rendezvous import rendezvous
 
 
 def queue(**spec: Any) -> TorchrunQueue:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.torchrunjob.launch import (
+from controller.torchrunjob.manifests.launch import (
     LaunchError,
     ParsedCommand,
     Rendezvous,

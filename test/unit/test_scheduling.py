@@ -7,10 +7,15 @@ from typing import Any
 import pytest
 
 from controller.api import Quantity, TorchrunJob, TorchrunQueue, resolve_topology
-from controller.torchrunjob.builders import build_worker_job
-from controller.torchrunjob.launch import parse_command
-from controller.torchrunjob.podgroups import build_pod_group, drift, min_member, workload_active_patch
-from controller.torchrunjob.scheduling import creates_suspended
+from controller.torchrunjob.manifests.launch import parse_command
+from controller.torchrunjob.manifests.podgroup import (
+    build_pod_group,
+    drift,
+    min_member,
+    workload_active_patch,
+)
+from controller.torchrunjob.manifests.scheduling import creates_suspended
+from controller.torchrunjob.manifests.worker import build_worker_job
 from controller.torchrunqueue.kaiqueue import build_kai_queue, kai_number, kai_queue_patch
 
 

@@ -7,17 +7,15 @@ import json
 from typing import Any
 
 import pytest
-from test_builders import job, queue, worker
+from jobspecs import job, queue, worker
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
-from controller.torchrunjob.storage import (
+from controller.torchrunjob.manifests.storage import (
     build_checkpoints_pvc,
     build_workspace_pvc,
     is_reattachable,
-    with_storage,
-    worker_storage,
 )
-from controller.torchrunjob.syncpod import build_sync_pod, sync_pod_state
+from controller.torchrunjob.manifests.syncpod import build_sync_pod, sync_pod_state
 
 
 def topo(j: TorchrunJob, q: TorchrunQueue) -> Any:
@@ -125,18 +123,20 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
         storage={
             "checkpoints": {"enabled": True},
             "datasets": {"claimName": "imagenet", "mountPath": "/data"},
-        }
+        },
+        securityContext={"runAsUser": 1000},
     )
     j = job(workspace={"source": "upload", "mountPath": "/code"})
-    storage = worker_storage(j, q, generation=4, image="sync:1", security_context={"runAsUser": 1000})
-    manifest = with_storage(worker(j, q), storage, generation=4)
+    manifest = worker(j, q, generation=4, sync_image="sync:1")
     pod = manifest["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
+    assert init["image"] == "sync:1"
     assert init["command"] == [
         "python", "-m", "controller.sync", "copy",
         "--min-generation", "4", "--target", "/code", "--timeout", "600",
     ]  # fmt: skip
-    assert init["securityContext"] == {"runAsUser": 1000}
+    assert init["securityContext"] == pod["containers"][0]["securityContext"]
+    assert init["securityContext"]["runAsUser"] == 1000
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert set(mounts) == {"/dev/shm", "/code", "/checkpoints", "/data"}
     assert mounts["/data"]["readOnly"] is True
@@ -148,8 +148,7 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
 
 def test_a_job_without_a_workspace_gets_no_init_container() -> None:
     j, q = job(workspace={"source": "none"}), queue()
-    storage = worker_storage(j, q, generation=0, image="sync:1", security_context={})
-    pod = with_storage(worker(j, q), storage, generation=0)["spec"]["template"]["spec"]
+    pod = worker(j, q, generation=0, sync_image="sync:1")["spec"]["template"]["spec"]
     assert "initContainers" not in pod
     assert [v["name"] for v in pod["volumes"]] == ["dshm"]
 

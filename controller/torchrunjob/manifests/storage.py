@@ -9,7 +9,8 @@
   of the same name mounts it again (`is_reattachable`).
 - `worker_storage`: what the worker pod template gains — the init container that copies the
   newest synced generation (≥ the one in use when the Job was made) from the workspace PVC into
-  an emptyDir at `workspace.mountPath`, and the checkpoints and datasets mounts.
+  an emptyDir at `workspace.mountPath`, and the checkpoints and datasets mounts — returned as a
+  fragment that `worker.build_worker_job` composes (nothing is applied in place).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from controller.api import (
     to_json,
 )
 from controller.api.quantity import Quantity
-from controller.torchrunjob.builders import labels, object_metadata
+from controller.sync.protocol import copy_argv
+from controller.torchrunjob.manifests.common import object_metadata
 
 WORKSPACE_VOLUME = "workspace"
 CODE_VOLUME = "code"
@@ -35,8 +37,6 @@ CHECKPOINTS_VOLUME = "checkpoints"
 DATASETS_VOLUME = "datasets"
 WORKSPACE_MOUNT = "/workspace"  # where the sync pod and the init container see the workspace PVC
 INIT_CONTAINER = "workspace"
-# on sync pods: the generation they sync; on worker Jobs: the generation in use when made
-GENERATION_ANNOTATION = "torchrun.ai/workspace-generation"
 # the controller's own image (config/manager/deployment.yaml), which has the sync program
 DEFAULT_SYNC_IMAGE = "ghcr.io/torchrun-ai/torchrun-controller:0.1.0"
 # how long a worker's init container waits for the marker of the generation it needs
@@ -98,7 +98,7 @@ def is_reattachable(pvc: dict[str, Any] | Any, job: TorchrunJob) -> bool:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerStorage:
     """Additions to the worker pod template (see `worker_storage`)."""
 
@@ -107,13 +107,7 @@ class WorkerStorage:
     init_containers: list[dict[str, Any]] = field(default_factory=list)
 
 
-def sync_image(queue: TorchrunQueue, default: str) -> str:
-    return queue.spec.sync_image or default
-
-
-def worker_storage(
-    job: TorchrunJob, queue: TorchrunQueue, *, generation: int, image: str, security_context: dict[str, Any]
-) -> WorkerStorage:
+def worker_storage(job: TorchrunJob, queue: TorchrunQueue, *, generation: int, image: str) -> WorkerStorage:
     """Volumes, mounts and the code-copying init container of a worker pod.
 
     The init container runs as the torchrun container does (so the copied files belong to the
@@ -122,16 +116,17 @@ def worker_storage(
     storage = queue.spec.storage
     if has_workspace(job):
         mount_path = job.spec.workspace.mount_path
-        out.volumes += [
-            {
-                "name": WORKSPACE_VOLUME,
-                "persistentVolumeClaim": {"claimName": workspace_claim_name(job.name), "readOnly": True},
-            },
-            {"name": CODE_VOLUME, "emptyDir": {}},
-        ]
+        out.volumes.extend(
+            [
+                {
+                    "name": WORKSPACE_VOLUME,
+                    "persistentVolumeClaim": {"claimName": workspace_claim_name(job.name), "readOnly": True},
+                },
+                {"name": CODE_VOLUME, "emptyDir": {}},
+            ]
+        )
         out.mounts.append({"name": CODE_VOLUME, "mountPath": mount_path})
-        copy = ["python", "-m", "controller.sync", "copy", "--min-generation", str(generation)]
-        copy += ["--target", mount_path, "--timeout", str(COPY_TIMEOUT_SECONDS)]
+        copy = copy_argv(min_generation=generation, target=mount_path, timeout=COPY_TIMEOUT_SECONDS)
         out.init_containers.append(
             {
                 "name": INIT_CONTAINER,
@@ -146,7 +141,7 @@ def worker_storage(
                     "requests": {"cpu": "100m", "memory": "128Mi"},
                     "limits": {"cpu": "2", "memory": "512Mi"},
                 },
-                "securityContext": security_context,
+                "securityContext": to_json(queue.spec.security_context),
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }
         )
@@ -160,25 +155,3 @@ def worker_storage(
         out.volumes.append({"name": DATASETS_VOLUME, "persistentVolumeClaim": claim})
         out.mounts.append({"name": DATASETS_VOLUME, "mountPath": ds.mount_path, "readOnly": ds.read_only})
     return out
-
-
-def sync_labels(job: TorchrunJob) -> dict[str, str]:
-    return labels(job, "sync")
-
-
-def queue_security_context(queue: TorchrunQueue) -> dict[str, Any]:
-    ctx: dict[str, Any] = to_json(queue.spec.security_context)
-    return ctx
-
-
-def with_storage(manifest: dict[str, Any], storage: WorkerStorage, *, generation: int) -> dict[str, Any]:
-    """The worker Job `manifest` with `storage` added to its pod template, annotated with the
-    workspace generation in use when it was made (pods made later may run a newer one)."""
-    manifest["metadata"].setdefault("annotations", {})[GENERATION_ANNOTATION] = str(generation)
-    pod = manifest["spec"]["template"]["spec"]
-    pod["volumes"] = [*pod.get("volumes", ()), *storage.volumes]
-    if storage.init_containers:
-        pod["initContainers"] = [*pod.get("initContainers", ()), *storage.init_containers]
-    container = pod["containers"][0]
-    container["volumeMounts"] = [*container.get("volumeMounts", ()), *storage.mounts]
-    return manifest

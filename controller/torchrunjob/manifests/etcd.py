@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.api import TorchrunJob, TorchrunQueue, to_json
-from controller.torchrunjob.builders import RESTART_ANNOTATION, labels, object_metadata, placement
-from controller.torchrunjob.rendezvous import ETCD_CLIENT_PORT, etcd_name
+from controller.api import RESTART_ANNOTATION, TorchrunJob, TorchrunQueue, to_json
+from controller.torchrunjob.manifests.common import labels, object_metadata, placement
+from controller.torchrunjob.manifests.rendezvous import ETCD_CLIENT_PORT, etcd_name
+from controller.torchrunjob.reasons import Reason
 
 ROLE = "etcd"
 CONTAINER = "etcd"
@@ -141,18 +142,10 @@ class EtcdState:
 READY = EtcdState(True)
 
 
-def restart_of(pod: Mapping[str, Any]) -> int:
-    """The whole-job restart a managed etcd pod was made for (-1: unreadable, so not current)."""
-    try:
-        return int((pod["metadata"].get("annotations") or {}).get(RESTART_ANNOTATION, "0"))
-    except ValueError:
-        return -1
-
-
 def etcd_state(pod: Mapping[str, Any] | None, queue: TorchrunQueue) -> EtcdState:
     """What the managed etcd's pod (as cached; None before it exists) says about the etcd."""
     if pod is None:
-        return EtcdState(False, "WaitingForEtcd", "creating the managed etcd for etcd-v2 rendezvous")
+        return EtcdState(False, Reason.WAITING_FOR_ETCD, "creating the managed etcd for etcd-v2 rendezvous")
     name = pod["metadata"]["name"]
     status = pod.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or ()}
@@ -161,8 +154,8 @@ def etcd_state(pod: Mapping[str, Any] | None, queue: TorchrunQueue) -> EtcdState
     ):
         return READY
     scheduled = conditions.get("PodScheduled") or {}
-    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        return EtcdState(False, "Unschedulable", f"etcd pod {name}: {scheduled.get('message') or ''}")
+    if scheduled.get("status") == "False" and scheduled.get("reason") == Reason.UNSCHEDULABLE:
+        return EtcdState(False, Reason.UNSCHEDULABLE, f"etcd pod {name}: {scheduled.get('message') or ''}")
     for cs in status.get("containerStatuses") or ():
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in _STUCK:
@@ -171,8 +164,8 @@ def etcd_state(pod: Mapping[str, Any] | None, queue: TorchrunQueue) -> EtcdState
                 f"etcd pod {name}: {waiting['reason']}: {waiting.get('message') or ''} (image {image}: "
                 "it must be etcd 3.5, which serves the v2 API; set by the queue's spec.etcdImage)"
             )
-            return EtcdState(False, "EtcdFailing", message)
-    return EtcdState(False, "WaitingForEtcd", f"waiting for the managed etcd (pod {name}) to be Ready")
+            return EtcdState(False, Reason.ETCD_FAILING, message)
+    return EtcdState(False, Reason.WAITING_FOR_ETCD, f"waiting for the managed etcd (pod {name}) to be Ready")
 
 
 def has_ended(pod: Mapping[str, Any]) -> bool:

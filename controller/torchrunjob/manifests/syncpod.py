@@ -1,9 +1,10 @@
 """The sync pod `<job>-sync-<G>`: its manifest and what its status says (pure, no I/O).
 
-`build_sync_pod` runs `python -m controller.sync fetch` for the job's source and generation G
-(docs/workspace.md): the workspace PVC read-write at /workspace, for `pvc` the source claim
-read-only at /source, for `git` the Secret as files, for `s3` the Secret as environment. It has no
-service account token (the sync program needs no API access) and runs as non-root.
+`build_sync_pod` runs the sync program's `fetch` (`controller/sync/protocol.py`) for the job's
+source and generation G (docs/workspace.md): the workspace PVC read-write at /workspace, for `pvc`
+the source claim read-only at /source, for `git` the Secret as files, for `s3` the Secret as
+environment. It has no service account token (the sync program needs no API access) and runs as
+non-root.
 
 `sync_pod_state` reads a sync pod: synced only when the pod **succeeded and** its termination
 message is the sync program's success report **for generation G** (the seed trusted the pod's
@@ -17,40 +18,42 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from controller.api import JobTopology, TorchrunJob, TorchrunQueue, WorkspaceSource, parse_time
-from controller.sync.errors import SYNC_FAILED
-from controller.sync.termination import FAILED, SyncResult, parse_termination_message
-from controller.torchrunjob.builders import object_metadata, placement
-from controller.torchrunjob.storage import (
+from controller.api import (
     GENERATION_ANNOTATION,
+    JobTopology,
+    TorchrunJob,
+    TorchrunQueue,
+    WorkspaceSource,
+    parse_time,
+)
+from controller.sync.errors import SYNC_FAILED
+from controller.sync.protocol import CONTAINER, FetchSource, fetch_argv, sync_pod_name
+from controller.sync.termination import FAILED, SyncResult, parse_termination_message
+from controller.torchrunjob.manifests.common import object_metadata, placement
+from controller.torchrunjob.manifests.storage import (
     WORKSPACE_MOUNT,
     WORKSPACE_VOLUME,
     workspace_claim_name,
     workspace_size,
 )
 
-CONTAINER = "sync"
 SOURCE_MOUNT = "/source"
 SECRET_MOUNT = "/var/run/secrets/torchrun.ai/source"
 SYNC_USER = 65532  # the controller image's non-root user
 
 
-def sync_pod_name(job_name: str, generation: int) -> str:
-    return f"{job_name}-sync-{generation}"
-
-
-def _fetch_args(job: TorchrunJob, upload_timeout: float) -> list[str]:
+def fetch_source(job: TorchrunJob, upload_timeout: float) -> FetchSource:
+    """Where the sync pod's `fetch` takes the job's code from, with the source's own flags."""
     ws = job.spec.workspace
-    args = ["--source", ws.source.value]
     if ws.source is WorkspaceSource.UPLOAD:
-        args += ["--timeout", str(int(upload_timeout))]
-    elif ws.source is WorkspaceSource.GIT and ws.git is not None:
-        args += ["--url", ws.git.url] + (["--ref", ws.git.ref] if ws.git.ref else [])
-    elif ws.source is WorkspaceSource.S3 and ws.s3 is not None:
-        args += ["--uri", ws.s3.uri]
-    elif ws.source is WorkspaceSource.PVC and ws.pvc is not None and ws.pvc.sub_path:
-        args += ["--sub-path", ws.pvc.sub_path]
-    return args
+        return FetchSource(ws.source.value, timeout=int(upload_timeout))
+    if ws.source is WorkspaceSource.GIT and ws.git is not None:
+        return FetchSource(ws.source.value, url=ws.git.url, ref=ws.git.ref or None)
+    if ws.source is WorkspaceSource.S3 and ws.s3 is not None:
+        return FetchSource(ws.source.value, uri=ws.s3.uri)
+    if ws.source is WorkspaceSource.PVC and ws.pvc is not None:
+        return FetchSource(ws.source.value, sub_path=ws.pvc.sub_path or None)
+    return FetchSource(ws.source.value)
 
 
 def _source_volumes(job: TorchrunJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -77,8 +80,8 @@ def build_sync_pod(
     upload_timeout: float,
 ) -> dict[str, Any]:
     volumes, mounts, extra = _source_volumes(job)
-    command = ["python", "-m", "controller.sync", "fetch", *_fetch_args(job, upload_timeout)]
-    command += ["--generation", str(generation), "--max-bytes", str(workspace_size(queue, topo).value())]
+    source = fetch_source(job, upload_timeout)
+    command = fetch_argv(source, generation=generation, max_bytes=workspace_size(queue, topo).value())
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,

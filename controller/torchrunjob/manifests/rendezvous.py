@@ -17,7 +17,7 @@ The run id is always the job's UID, so two incarnations of a job name never shar
 from __future__ import annotations
 
 from controller.api import RdzvBackend, TorchrunJob
-from controller.torchrunjob.launch import Rendezvous
+from controller.torchrunjob.manifests.launch import Rendezvous
 
 ETCD_CLIENT_PORT = 2379
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"

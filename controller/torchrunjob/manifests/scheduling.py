@@ -22,9 +22,10 @@ Every name below was checked against the scheduler's own source:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from controller.api import JobTopology, Scheduler, TorchrunJob, TorchrunQueue
+from controller.api import Scheduler, TorchrunJob, TorchrunQueue
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
@@ -41,28 +42,41 @@ def pod_group_name(job: TorchrunJob) -> str:
     return job.name
 
 
-def apply_scheduler(
-    manifest: dict[str, Any], job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology
-) -> None:
-    """Add the scheduler's fields to a worker Job manifest built for `queue`."""
-    job_meta = manifest["metadata"]
-    template = manifest["spec"]["template"]
-    pod_meta = template["metadata"]
-    pod_spec = template["spec"]
+@dataclass(frozen=True)
+class SchedulerFields:
+    """What the queue's scheduler adds to a worker Job: labels and annotations on the Job and on
+    its pods, and the pods' `schedulerName` (None: the cluster's default)."""
+
+    job_labels: Mapping[str, str] = field(default_factory=dict)
+    job_annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    scheduler_name: str | None = None
+
+
+def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
+    """The fields the queue's scheduler needs on the job's worker Job (module doc)."""
     scheduler = queue.spec.scheduling.scheduler
+    group = pod_group_name(job)
     if scheduler == Scheduler.KAI:
-        pod_spec["schedulerName"] = KAI_SCHEDULER_NAME
-        for meta in (job_meta, pod_meta):
-            meta.setdefault("labels", {})[KAI_QUEUE_LABEL] = queue.kai_queue_name
-            meta.setdefault("annotations", {})[KAI_SKIP_POD_GROUPER_ANNOTATION] = "true"
-        pod_meta["annotations"][KAI_POD_GROUP_ANNOTATION] = pod_group_name(job)
-    elif scheduler == Scheduler.KUEUE:
-        job_meta.setdefault("labels", {})[KUEUE_QUEUE_LABEL] = queue.kueue_queue_name
-    elif scheduler == Scheduler.COSCHEDULING:
-        pod_meta.setdefault("labels", {})[COSCHEDULING_LABEL] = pod_group_name(job)
-    elif scheduler == Scheduler.VOLCANO:
-        pod_spec["schedulerName"] = VOLCANO_SCHEDULER_NAME
-        pod_meta.setdefault("annotations", {})[VOLCANO_ANNOTATION] = pod_group_name(job)
+        queue_label = {KAI_QUEUE_LABEL: queue.kai_queue_name}
+        skip = {KAI_SKIP_POD_GROUPER_ANNOTATION: "true"}
+        return SchedulerFields(
+            job_labels=queue_label,
+            job_annotations=skip,
+            pod_labels=queue_label,
+            pod_annotations={**skip, KAI_POD_GROUP_ANNOTATION: group},
+            scheduler_name=KAI_SCHEDULER_NAME,
+        )
+    if scheduler == Scheduler.KUEUE:
+        return SchedulerFields(job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name})
+    if scheduler == Scheduler.COSCHEDULING:
+        return SchedulerFields(pod_labels={COSCHEDULING_LABEL: group})
+    if scheduler == Scheduler.VOLCANO:
+        return SchedulerFields(
+            pod_annotations={VOLCANO_ANNOTATION: group}, scheduler_name=VOLCANO_SCHEDULER_NAME
+        )
+    return SchedulerFields()
 
 
 def creates_suspended(queue: TorchrunQueue) -> bool:

@@ -1,0 +1,206 @@
+"""A job's lifecycle as pure decisions: state in, conditions + status changes + actions out.
+
+Each function answers one question of SPEC §6 from plain values and returns a `Decision`; the
+reconciler (`controller.py`) records its conditions and changes and carries out its actions. No
+I/O, no clock: `now` is an argument, so every rule is a row in a table test.
+- `deadline`: `activeDeadlineSeconds` counted from the start (sync included; a suspended job's
+  clock is not checked) — a timer until then; past it, the job fails `DeadlineExceeded`.
+- `ttl`: `ttlSecondsAfterFinished` after completion the TorchrunJob is deleted; a timer until then.
+- `finished`: what a finished job still needs done — its managed etcd pod goes (nothing
+  rendezvous any more), a worker Job still running pods goes (a deadline, the retriable cap),
+  `--autoclean` removes workers, Service, sync pods and workspace claim; then its TTL.
+- `attempt_ended`: the worker Job ended — success; a permanent exit code fails the job at once;
+  a retriable failure restarts the whole job while restarts remain (counted first: the next pass
+  deletes the old attempt's Job because its restart annotation no longer matches, so a crash in
+  between cannot lose the restart); else the job fails. The retriable-failure cap ends an attempt
+  whose Job is still recreating pods, so that Job is deleted.
+- `retriable_limit`: pod failures with a retriable exit code beyond the cap end the attempt.
+- `suspension`, `running`: the Suspended and Running conditions of a live attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from controller.api import JobConditionType as C
+from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.status import Outcome
+from controller.torchrunjob.steps import Observed
+
+
+class Action(Enum):
+    DELETE_WORKERS = "DeleteWorkers"  # the worker Job (its pods go with it)
+    REMOVE_ETCD = "RemoveEtcd"  # the managed etcd pod
+    REMOVE_ETCD_SERVICE = "RemoveEtcdService"
+    DELETE_SERVICE = "DeleteService"  # the headless Service
+    CLEAN_WORKSPACE = "CleanWorkspace"  # sync pods and the workspace claim (checkpoints stay)
+    DELETE_JOB = "DeleteJob"  # the TorchrunJob itself
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to record and do. `stop`: the pass ends here (the job is over)."""
+
+    conditions: tuple[Observed, ...] = ()
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None
+    stop: bool = False
+
+    def then(self, other: Decision) -> Decision:
+        """Both decisions, `other`'s after this one's."""
+        timers = [t for t in (self.requeue_after, other.requeue_after) if t is not None]
+        return Decision(
+            self.conditions + other.conditions,
+            {**self.changes, **other.changes},
+            self.actions + other.actions,
+            min(timers) if timers else None,
+            self.stop or other.stop,
+        )
+
+
+PROCEED = Decision()
+
+
+def ttl(seconds: int | None, completion_time: datetime | None, now: datetime) -> Decision:
+    """Delete the TorchrunJob `seconds` after it finished (at `now` when it has no completion
+    time yet: it finishes in this pass); until then, a timer."""
+    if seconds is None:
+        return PROCEED
+    remaining = ((completion_time or now) + timedelta(seconds=seconds) - now).total_seconds()
+    if remaining > 0:
+        return Decision(requeue_after=remaining)
+    return Decision(actions=(Action.DELETE_JOB,))
+
+
+def deadline(
+    limit: int | None, suspended: bool, start_time: datetime | None, ttl_seconds: int | None, now: datetime
+) -> Decision:
+    """A timer until `activeDeadlineSeconds` after the start; past it, the job fails and stops."""
+    if not limit or suspended or start_time is None:
+        return PROCEED
+    remaining = (start_time + timedelta(seconds=limit) - now).total_seconds()
+    if remaining > 0:
+        return Decision(requeue_after=remaining)
+    message = f"the job ran longer than activeDeadlineSeconds ({limit}s, counted from its start)"
+    over = Decision(
+        conditions=(
+            Observed(
+                C.RUNNING, False, Reason.DEADLINE_EXCEEDED, "the job stopped: activeDeadlineSeconds passed"
+            ),
+            Observed(C.FAILED, True, Reason.DEADLINE_EXCEEDED, message),
+        ),
+        changes={"completion_time": now},
+        actions=(Action.DELETE_WORKERS,),
+        stop=True,
+    )
+    return over.then(ttl(ttl_seconds, now, now))
+
+
+def finished(
+    *,
+    managed_etcd: bool,
+    autoclean: bool,
+    workers_running: bool,
+    ttl_seconds: int | None,
+    completion_time: datetime | None,
+    now: datetime,
+) -> Decision:
+    """What a finished job (Succeeded or Failed) still needs: see the module doc."""
+    actions: list[Action] = []
+    if managed_etcd:
+        actions.append(Action.REMOVE_ETCD)
+        if autoclean:
+            actions.append(Action.REMOVE_ETCD_SERVICE)
+    if autoclean or workers_running:
+        actions.append(Action.DELETE_WORKERS)
+    if autoclean:
+        actions += [Action.DELETE_SERVICE, Action.CLEAN_WORKSPACE]
+    return Decision(actions=tuple(actions), stop=True).then(ttl(ttl_seconds, completion_time, now))
+
+
+def attempt_ended(
+    outcome: Outcome, *, restarts: int, limit: int, ttl_seconds: int | None, now: datetime
+) -> Decision:
+    """The worker Job of attempt `restarts` ended with `outcome`; `limit` whole-job restarts are
+    allowed in all (the job's `maxRestarts` capped by `--restart-limit`)."""
+    if outcome.succeeded:
+        done = Decision(
+            conditions=(
+                Observed(C.RUNNING, False, Reason.COMPLETED, "the workers finished"),
+                Observed(C.SUCCEEDED, True, Reason.SUCCEEDED, f"rank 0 succeeded ({outcome.reason})"),
+            ),
+            changes={"completion_time": now},
+            stop=True,
+        )
+        return done.then(ttl(ttl_seconds, now, now))
+    if not outcome.permanent and restarts < limit:
+        message = f"restart {restarts + 1} of {limit} after: {outcome.reason}: {outcome.message}"
+        return Decision(
+            conditions=(Observed(C.RUNNING, False, Reason.RESTARTING, message),),
+            changes={"restarts": restarts + 1, "retriable_failures": 0},
+            stop=True,
+        )
+    if outcome.permanent:
+        failed = Observed(
+            C.FAILED,
+            True,
+            Reason.PERMANENT_FAILURE,
+            f"a worker exited with a permanent exit code: {outcome.message}",
+        )
+    else:
+        message = f"{outcome.reason}: {outcome.message} (whole-job restarts used: {restarts}/{limit})"
+        reason = Reason.RESTART_LIMIT_EXCEEDED if limit else Reason.WORKERS_FAILED
+        failed = Observed(C.FAILED, True, reason, message)
+    still_running = outcome.reason == Reason.RETRIABLE_LIMIT  # its Job keeps recreating pods
+    fail = Decision(
+        conditions=(Observed(C.RUNNING, False, Reason.FAILED, outcome.message), failed),
+        changes={"completion_time": now},
+        actions=(Action.DELETE_WORKERS,) if still_running else (),
+        stop=True,
+    )
+    return fail.then(ttl(ttl_seconds, now, now))
+
+
+def retriable_limit(count: int, cap: int, codes: Collection[int]) -> Outcome | None:
+    """The attempt's end once more than `cap` pods failed with a retriable exit code; else None."""
+    if count <= cap:
+        return None
+    message = (
+        f"{count} pod failures with a retriable exit code ({', '.join(map(str, codes))}) in this attempt, "
+        f"more than failurePolicy.maxRetriableFailures ({cap})"
+    )
+    return Outcome(False, Reason.RETRIABLE_LIMIT, message)
+
+
+def suspension(suspend: bool, was_suspended: bool) -> tuple[Observed, ...]:
+    """The Suspended (and, while suspended, Running) conditions; `was_suspended`: the job has a
+    Suspended condition already (a resume is then worth saying)."""
+    if suspend:
+        return (
+            Observed(
+                C.SUSPENDED,
+                True,
+                Reason.SUSPENDED,
+                "spec.suspend is true: workers removed, storage and status kept",
+            ),
+            Observed(C.RUNNING, False, Reason.SUSPENDED, "the job is suspended"),
+        )
+    if was_suspended:
+        return (Observed(C.SUSPENDED, False, Reason.RESUMED, "spec.suspend is false"),)
+    return ()
+
+
+def running(ready: int, nodes: int, blocked: str | None) -> Observed:
+    """The Running condition of a live attempt: every node's worker ready, or why not yet."""
+    if ready >= nodes:
+        return Observed(
+            C.RUNNING, True, Reason.ALL_WORKERS_RUNNING, f"{ready}/{nodes} worker pods are running"
+        )
+    if blocked:
+        return Observed(C.RUNNING, False, Reason.UNSCHEDULABLE, blocked)
+    return Observed(C.RUNNING, False, Reason.WORKERS_STARTING, f"{ready}/{nodes} worker pods are running")

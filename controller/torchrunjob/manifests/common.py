@@ -1,0 +1,98 @@
+"""What every object of a job shares (pure): names, labels, the owner reference, placement.
+
+Names and labels are API (SPEC §4): every object carries `torchrun-job-name=<job>` and
+`torchrun.ai/role`, and a controller owner reference to the TorchrunJob (persisted checkpoints
+claims excepted: `storage.py`). Placement — nodeSelector, tolerations, affinity, priority — is the
+queue's, plus what the queue allows the job to override. `nodeResources.gpuType` is informational
+(SPEC §3): it is shown and exported, never turned into a node selector, because real clusters
+label GPUs in their own words; placement is `scheduling.nodeSelector`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controller.api import (
+    JOB_KIND,
+    JOB_LABEL,
+    RESTART_ANNOTATION,
+    ROLE_LABEL,
+    Overridable,
+    TorchrunJob,
+    TorchrunQueue,
+    to_json,
+)
+from controller.api.resources import controller_reference
+
+
+def labels(job: TorchrunJob, role: str) -> dict[str, str]:
+    return {JOB_LABEL: job.name, ROLE_LABEL: role}
+
+
+def owner_reference(job: TorchrunJob) -> dict[str, Any]:
+    return controller_reference(JOB_KIND, job.name, job.metadata.uid)
+
+
+def object_metadata(job: TorchrunJob, name: str, role: str) -> dict[str, Any]:
+    """Name, namespace, our labels and the controller owner reference of an object of `job`."""
+    return {
+        "name": name,
+        "namespace": job.namespace,
+        "labels": labels(job, role),
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def allowed(job: TorchrunJob, queue: TorchrunQueue, field: Overridable) -> bool:
+    """The job overrides `field` and its queue allows that."""
+    return job.spec.overrides is not None and field in queue.spec.allow_overrides
+
+
+def placement(job: TorchrunJob, queue: TorchrunQueue) -> dict[str, Any]:
+    """nodeSelector, tolerations, affinity and priorityClassName of the job's pods on `queue`."""
+    sched = queue.spec.scheduling
+    overrides = job.spec.overrides
+    node_selector = dict(sched.node_selector)
+    tolerations = [to_json(t) for t in sched.tolerations]
+    priority = sched.priority_class_name
+    if overrides is not None:
+        if allowed(job, queue, Overridable.NODE_SELECTOR):
+            node_selector.update(overrides.node_selector)
+        if allowed(job, queue, Overridable.TOLERATIONS):
+            tolerations += [to_json(t) for t in overrides.tolerations]
+        if allowed(job, queue, Overridable.PRIORITY_CLASS_NAME) and overrides.priority_class_name:
+            priority = overrides.priority_class_name
+    out: dict[str, Any] = {}
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    if sched.affinity:
+        out["affinity"] = to_json(sched.affinity)
+    if priority:
+        out["priorityClassName"] = priority
+    return out
+
+
+def image_of(job: TorchrunJob, queue: TorchrunQueue) -> str:
+    o = job.spec.overrides
+    if o is not None and o.image and allowed(job, queue, Overridable.IMAGE):
+        return o.image
+    return queue.spec.image
+
+
+def working_dir_of(job: TorchrunJob, queue: TorchrunQueue) -> str:
+    o = job.spec.overrides
+    if o is not None and o.working_dir and allowed(job, queue, Overridable.WORKING_DIR):
+        return o.working_dir
+    return queue.spec.working_dir or job.spec.workspace.mount_path
+
+
+def restart_of(obj: Mapping[str, Any]) -> int:
+    """The whole-job restart a worker Job or managed etcd pod was made for (-1: unreadable, so
+    not current)."""
+    try:
+        return int((obj["metadata"].get("annotations") or {}).get(RESTART_ANNOTATION, "0"))
+    except ValueError:
+        return -1

@@ -1,0 +1,247 @@
+"""The Indexed Job `<job>` that runs torchrun on every node, built whole (pure, no I/O).
+
+`build_worker_job(...)` returns the final manifest the controller creates — nothing is added to it
+afterwards: one pod per node, hostnames `<job>-<index>` under `subdomain: <job>`, torchrun with the
+launch of `launch.py` (rendezvous from `rendezvous.py`), resources and placement from the queue
+(plus allowed overrides; a CPU-only queue requests no GPU resource), /dev/shm sized shmSizePerGPU ×
+GPUs per node (a CPU-only node counts as one), success when index 0 succeeds, pod failures
+mapped from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), the storage
+(`storage.worker_storage`), the size (`parallelism`: an elastic job's current size, completions
+stay `maxNodes`), the whole-job restart it belongs to and the workspace generation in use
+(annotations), and whether it starts suspended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.api import (
+    GENERATION_ANNOTATION,
+    QUEUE_LABEL,
+    RESTART_ANNOTATION,
+    EnvVar,
+    JobTopology,
+    Overridable,
+    TorchrunJob,
+    TorchrunQueue,
+    to_json,
+)
+from controller.torchrunjob.manifests.common import (
+    allowed,
+    image_of,
+    labels,
+    object_metadata,
+    placement,
+    working_dir_of,
+)
+from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
+from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN, node0_host, rendezvous
+from controller.torchrunjob.manifests.scheduling import SchedulerFields, scheduler_fields
+from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
+
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+CONTAINER = "torchrun"
+SHM_VOLUME = "dshm"
+
+
+def _env(
+    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand, cluster_domain: str
+) -> list[dict[str, Any]]:
+    rdzv = rendezvous(job, cluster_domain)
+    ours: list[dict[str, Any]] = [
+        {"name": "PET_NNODES", "value": topo.nnodes},
+        {"name": "PET_NPROC_PER_NODE", "value": str(topo.procs_per_node)},
+        {
+            "name": "PET_NODE_RANK",
+            "valueFrom": {
+                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+            },
+        },
+        {"name": "PET_RDZV_BACKEND", "value": rdzv.backend},
+        {"name": "PET_RDZV_ENDPOINT", "value": rdzv.endpoint},
+        {"name": "PET_RDZV_ID", "value": rdzv.run_id},
+        {"name": "PET_MAX_RESTARTS", "value": str(job.spec.distributed.max_restarts)},
+        {"name": "MASTER_ADDR", "value": node0_host(job, cluster_domain)},
+        {"name": "MASTER_PORT", "value": str(job.spec.distributed.rdzv_port)},
+        {"name": "WORLD_SIZE", "value": str(topo.world_size)},
+        {"name": "TORCH_DISTRIBUTED_BACKEND", "value": job.spec.distributed.backend.value},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "TORCHRUN_JOB_NAME", "value": job.name},
+    ]
+    merged: dict[str, dict[str, Any]] = {}
+    user: list[EnvVar] = list(queue.spec.env)
+    if allowed(job, queue, Overridable.ENV) and job.spec.overrides is not None:
+        user += list(job.spec.overrides.env)
+    for var in user:
+        merged[var.name] = to_json(var)
+    for name, value in parsed.env.items():
+        merged[name] = {"name": name, "value": value}
+    reserved = {e["name"] for e in ours}
+    return ours + [v for name, v in merged.items() if name not in reserved]
+
+
+def _resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
+    nr = queue.spec.node_resources
+    amounts: dict[str, str] = {}
+    if topo.gpus_per_node:
+        amounts[nr.gpu_resource_name] = str(topo.gpus_per_node)
+    if nr.cpus is not None:
+        amounts["cpu"] = str(nr.cpus)
+    if nr.memory is not None:
+        amounts["memory"] = str(nr.memory)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _pod_failure_policy(job: TorchrunJob) -> dict[str, Any]:
+    fp = job.spec.failure_policy
+    rules: list[dict[str, Any]] = [
+        # node drained, preempted or lost: not the training's fault, never counted
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    if fp.permanent_exit_codes:
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER,
+                    "operator": "In",
+                    "values": sorted(fp.permanent_exit_codes),
+                },
+            }
+        )
+    if fp.retriable_exit_codes:
+        rules.append(
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": CONTAINER,
+                    "operator": "In",
+                    "values": sorted(fp.retriable_exit_codes),
+                },
+            }
+        )
+    return {"rules": rules}
+
+
+def _container(
+    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand, cluster_domain: str
+) -> dict[str, Any]:
+    """The torchrun container, without the storage mounts."""
+    return {
+        "name": CONTAINER,
+        "image": image_of(job, queue),
+        "workingDir": working_dir_of(job, queue),
+        "command": ["torchrun"],
+        "args": torchrun_args(
+            parsed,
+            nnodes=topo.nnodes,
+            nproc_per_node=topo.procs_per_node,
+            rendezvous=rendezvous(job, cluster_domain),
+            max_restarts=job.spec.distributed.max_restarts,
+        ),
+        "env": _env(job, queue, topo, parsed, cluster_domain),
+        "ports": [{"name": "rendezvous", "containerPort": job.spec.distributed.rdzv_port, "protocol": "TCP"}],
+        "resources": _resources(queue, topo),
+        "securityContext": to_json(queue.spec.security_context),
+    }
+
+
+def _pod_spec(
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    container: dict[str, Any],
+    storage: WorkerStorage,
+    sched: SchedulerFields,
+    shm: str,
+) -> dict[str, Any]:
+    spec = queue.spec
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "subdomain": job.name,
+        "containers": [
+            {**container, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, *storage.mounts]}
+        ],
+        "volumes": [
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            *storage.volumes,
+        ],
+        **placement(job, queue),
+    }
+    if storage.init_containers:
+        pod["initContainers"] = list(storage.init_containers)
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [to_json(s) for s in spec.image_pull_secrets]
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    if sched.scheduler_name:
+        pod["schedulerName"] = sched.scheduler_name
+    return pod
+
+
+def _pod_metadata(job: TorchrunJob, queue: TorchrunQueue, sched: SchedulerFields) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "labels": {
+            **queue.spec.pod_labels,
+            **labels(job, "worker"),
+            QUEUE_LABEL: queue.name,
+            **sched.pod_labels,
+        }
+    }
+    annotations = {**queue.spec.pod_annotations, **sched.pod_annotations}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def _job_metadata(
+    job: TorchrunJob, sched: SchedulerFields, *, restart: int, generation: int
+) -> dict[str, Any]:
+    meta = object_metadata(job, job.name, "worker")
+    meta["labels"].update(sched.job_labels)
+    meta["annotations"] = {
+        RESTART_ANNOTATION: str(restart),
+        **sched.job_annotations,
+        GENERATION_ANNOTATION: str(generation),
+    }
+    return meta
+
+
+def build_worker_job(
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    topo: JobTopology,
+    parsed: ParsedCommand,
+    *,
+    restart: int = 0,
+    suspend: bool = False,
+    parallelism: int | None = None,
+    generation: int = 0,
+    sync_image: str = DEFAULT_SYNC_IMAGE,
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+) -> dict[str, Any]:
+    """The worker Job of whole-job restart `restart`, whole (module doc). `parallelism` is an
+    elastic job's current size (default: `topo.nodes`); `generation` is the workspace generation
+    in use; `sync_image` runs the code-copying init container (the queue's `syncImage` wins)."""
+    sched = scheduler_fields(job, queue)
+    storage = worker_storage(job, queue, generation=generation, image=queue.spec.sync_image or sync_image)
+    shm = str(queue.spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node)
+    container = _container(job, queue, topo, parsed, cluster_domain)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _job_metadata(job, sched, restart=restart, generation=generation),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": topo.max_nodes if topo.elastic else topo.nodes,
+            "parallelism": topo.nodes if parallelism is None else parallelism,
+            "backoffLimitPerIndex": job.spec.failure_policy.backoff_limit_per_node,
+            "maxFailedIndexes": 0,
+            "podFailurePolicy": _pod_failure_policy(job),
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+            "suspend": suspend,
+            "template": {
+                "metadata": _pod_metadata(job, queue, sched),
+                "spec": _pod_spec(job, queue, container, storage, sched, shm),
+            },
+        },
+    }

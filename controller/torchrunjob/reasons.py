@@ -1,0 +1,85 @@
+"""The job controller's vocabulary: every condition and Event reason, with its Event severity.
+
+Reasons are API (CamelCase, one word: the Kubernetes API conventions), so each is spelled once,
+here, and carries how its transitions become Events:
+- `WARNING`: a Warning Event whenever a condition moves to this reason (trouble to act on);
+- `NORMAL`: a Normal Event when a condition becomes True with it (progress worth a line);
+- `QUIET`: no Event (too routine; the condition still says it).
+A reason not listed here — the sync program's failure reasons reach `WorkspaceReady` verbatim —
+counts as `WARNING`, so a new reason can never silently become a Normal Event.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Severity(Enum):
+    QUIET = "Quiet"
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class Reason(str, Enum):
+    """A reason and its Event severity (`Reason.X.severity`); its value is the API string."""
+
+    severity: Severity
+
+    def __new__(cls, value: str, severity: Severity) -> Reason:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.severity = severity
+        return member
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    # Admitted
+    ADMITTED = "Admitted", Severity.NORMAL
+    QUEUE_NOT_FOUND = "QueueNotFound", Severity.WARNING
+    QUEUE_NOT_READY = "QueueNotReady", Severity.WARNING
+    INVALID_SPEC = "InvalidSpec", Severity.WARNING
+    INVALID_COMMAND = "InvalidCommand", Severity.WARNING
+    NAME_CONFLICT = "NameConflict", Severity.WARNING
+    SCHEDULER_API_MISSING = "SchedulerAPIMissing", Severity.WARNING
+    # WorkspaceReady
+    NO_WORKSPACE = "NoWorkspace", Severity.QUIET
+    SYNCED = "Synced", Severity.NORMAL
+    SYNCING = "Syncing", Severity.NORMAL
+    RELOADING = "Reloading", Severity.NORMAL
+    RELOAD_FAILED = "ReloadFailed", Severity.WARNING
+    CLAIM_NOT_BOUND = "ClaimNotBound", Severity.WARNING
+    SYNC_FAILED = "SyncFailed", Severity.WARNING
+    # Running
+    ALL_WORKERS_RUNNING = "AllWorkersRunning", Severity.NORMAL
+    WORKERS_STARTING = "WorkersStarting", Severity.QUIET
+    UNSCHEDULABLE = "Unschedulable", Severity.WARNING
+    RESTARTING = "Restarting", Severity.WARNING
+    WAITING_FOR_ETCD = "WaitingForEtcd", Severity.NORMAL
+    ETCD_FAILING = "EtcdFailing", Severity.WARNING
+    COMPLETED = "Completed", Severity.QUIET
+    FAILED = "Failed", Severity.NORMAL  # Running=False beside a Failed=True that says why
+    # Suspended
+    SUSPENDED = "Suspended", Severity.NORMAL
+    RESUMED = "Resumed", Severity.NORMAL
+    # Succeeded / Failed
+    SUCCEEDED = "Succeeded", Severity.NORMAL
+    PERMANENT_FAILURE = "PermanentFailure", Severity.WARNING
+    RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded", Severity.WARNING
+    WORKERS_FAILED = "WorkersFailed", Severity.WARNING
+    DEADLINE_EXCEEDED = "DeadlineExceeded", Severity.WARNING
+    # Events that are not conditions
+    RETRIABLE_FAILURE = "RetriableFailure", Severity.WARNING
+    WORKSPACE_RELOADED = "WorkspaceReloaded", Severity.NORMAL
+    DEPRECATED_FIELD = "DeprecatedField", Severity.WARNING
+    # an attempt's outcome (in messages and the restart history), never a condition's reason
+    RETRIABLE_LIMIT = "RetriableFailureLimitExceeded", Severity.WARNING
+
+
+def severity_of(reason: str) -> Severity:
+    """The Event severity of `reason`; a reason not in `Reason` is a Warning."""
+    known = _BY_VALUE.get(reason)
+    return Severity.WARNING if known is None else known.severity
+
+
+_BY_VALUE: dict[str, Reason] = {r.value: r for r in Reason}

@@ -1,0 +1,134 @@
+"""Workers: the worker Job of the job's current attempt exists, at its size, and is read back.
+
+What `Workers.ensure` guarantees (a step, `steps.py`), through `Children` (a same-named Job the
+job does not control is a `Wait` with `Admitted=False NameConflict`, never touched):
+- a worker Job of an earlier whole-job restart (its restart annotation differs) is deleted first:
+  `Wait` with `Running=False Restarting`; its deletion event brings the job back to create the
+  next one;
+- no worker Job is created before the rendezvous' managed etcd is Ready (`Running=False` with
+  the etcd's reason meanwhile); one that exists is not held back by an etcd being replaced;
+- the Job is created as `manifests/worker.py` builds it, whole: an elastic job at the size the
+  autoscaler chose (`elastic.desired_nodes`), the workspace generation in use, suspended when
+  the job is or its scheduler admits by unsuspending (Kueue);
+- an existing Job follows the job's `suspend` (only towards true on Kueue: unsuspending is
+  Kueue's) and an elastic job's size (`ElasticSize.resize`);
+- the answer is `Proceed(Attempt)`: the Job as cached or created, and the topology at its size.
+`retriable_failures` and `unschedulable` read the attempt's pods from the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from controller.api import (
+    JOB_LABEL,
+    JobConditionType,
+    JobTopology,
+    TorchrunJob,
+    TorchrunJobStatus,
+    TorchrunQueue,
+)
+from controller.cache import Lister
+from controller.meta import Obj, is_controlled_by
+from controller.rest.client import RESTClient
+from controller.rest.resources import JOBS
+from controller.torchrunjob import status as st
+from controller.torchrunjob.admission import Admission
+from controller.torchrunjob.children import Children
+from controller.torchrunjob.elastic import ElasticSize, desired_nodes
+from controller.torchrunjob.manifests.common import restart_of
+from controller.torchrunjob.manifests.etcd import EtcdState
+from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
+from controller.torchrunjob.manifests.scheduling import creates_suspended
+from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
+from controller.torchrunjob.manifests.worker import build_worker_job
+from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The worker Job of the current attempt and the job's topology at its current size."""
+
+    job: Obj
+    topology: JobTopology
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    sync_image: str = DEFAULT_SYNC_IMAGE
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+
+
+class Workers:
+    def __init__(
+        self, client: RESTClient, children: Children, pods: Lister, settings: WorkerSettings
+    ) -> None:
+        self.client = client
+        self.children = children
+        self.pods = pods
+        self.elastic = ElasticSize(client, pods)
+        self.settings = settings
+
+    def ensure(
+        self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, etcd: EtcdState
+    ) -> Step[Attempt]:
+        existing = self.children.get(JOBS, job)
+        restart = status.restarts
+        if (
+            existing is not None
+            and is_controlled_by(existing, job.metadata.uid)
+            and restart_of(existing) != restart
+        ):
+            self.children.delete(JOBS, job)
+            message = f"restart {restart}: waiting for the previous workers to stop"
+            return Wait(Observed(JobConditionType.RUNNING, False, Reason.RESTARTING, message))
+        if existing is None and not etcd.ready:
+            return Wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
+        size = desired_nodes(job, admission.topology)
+        got = self.children.ensure(JOBS, job, self.manifest(job, admission, status, size))
+        if not isinstance(got, Proceed):
+            return got
+        if got.value is existing:
+            self._follow(job, admission.queue, got.value, size)
+        return Proceed(Attempt(got.value, dataclasses.replace(admission.topology, nodes=size)))
+
+    def manifest(
+        self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, size: int
+    ) -> dict[str, Any]:
+        """The worker Job of the job's current attempt, whole (`manifests/worker.py`)."""
+        return build_worker_job(
+            job,
+            admission.queue,
+            admission.topology,
+            admission.command,
+            restart=status.restarts,
+            suspend=job.spec.suspend or creates_suspended(admission.queue),
+            parallelism=size,
+            generation=status.workspace_generation,
+            sync_image=self.settings.sync_image,
+            cluster_domain=self.settings.cluster_domain,
+        )
+
+    def _follow(self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, size: int) -> None:
+        """`suspend` and an elastic job's size are the fields of the worker Job we change after
+        creating it (the pod template is immutable: `numNodes` cannot change, see the CRD)."""
+        have = bool((worker_job.get("spec") or {}).get("suspend"))
+        if job.spec.suspend and not have:
+            self.client.patch(JOBS, job.name, {"spec": {"suspend": True}}, job.namespace)
+        elif not job.spec.suspend and have and not creates_suspended(queue):
+            self.client.patch(JOBS, job.name, {"spec": {"suspend": False}}, job.namespace)
+        if job.spec.elastic is not None:
+            self.elastic.resize(job, worker_job, size)
+
+    def retriable_failures(self, job: TorchrunJob, worker_job: Obj, codes: Collection[int]) -> int:
+        """This attempt's pod failures with a retriable exit code (podFailurePolicy ignores them)."""
+        pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
+        return st.retriable_failures(pods, worker_job["metadata"]["uid"], codes)
+
+    def unschedulable(self, job: TorchrunJob) -> str | None:
+        """The scheduler's words for a worker pod it cannot place, if any."""
+        return st.unschedulable(self.pods.list(job.namespace, {JOB_LABEL: job.name}))
