@@ -82,19 +82,34 @@ def wait_until(
     interval: float = 0.1,
     message: str = "condition",
 ) -> T:
-    """Poll `fn` until it returns a truthy value, and return that value; fail after `timeout`."""
+    """Poll `fn` until it returns a truthy value, and return that value; fail after `timeout`.
+
+    The one wait of every test, unit or not. It polls again after 1 ms, then twice as long each
+    time up to `interval`: what a unit test waits for (a thread's next step) is there within
+    milliseconds, what waits on the control plane settles into polls `interval` apart. An assert
+    inside `fn` means "not yet" (the last one is chained to the timeout's error)."""
     deadline = time.monotonic() + timeout
+    pause = min(0.001, interval)
     last_exc: BaseException | None = None
     while True:
         try:
             value = fn()
             if value:
                 return value
-        except AssertionError as exc:  # an assert inside fn means "not yet"
+        except AssertionError as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}") from last_exc
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, interval)
+
+
+def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    """The condition of type `ctype` in `obj`'s status (a Kubernetes object as JSON), or None."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return dict(c)
+    return None
 
 
 @dataclass

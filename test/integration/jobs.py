@@ -1,13 +1,26 @@
-"""Helpers shared by the controller tests: submit a TorchrunJob and read its conditions."""
+"""Helpers shared by the controller tests: submit TorchrunQueues and TorchrunJobs, read their
+conditions (`condition`, from testbed.py) and phases, run the controller program."""
 
 from __future__ import annotations
 
 import sys
+import uuid
 from typing import Any
 
-from testbed import Cluster
+from testbed import Cluster, condition
 
 from controller.cmd.main import App
+
+# `condition` lives in testbed.py; the tests that import it from here still may
+__all__ = [
+    "condition",
+    "controller_command",
+    "make_job",
+    "make_queue",
+    "phases",
+    "queue_manifest",
+    "rest_requests",
+]
 
 
 def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec: Any) -> str:
@@ -28,11 +41,18 @@ def make_job(cluster: Cluster, ns: str, queue: str, name: str = "train", **spec:
     return name
 
 
-def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c["type"] == ctype:
-            return dict(c)
-    return None
+def make_queue(cluster: Cluster, gpus: int, duration: str, outcome: str = "succeed") -> str:
+    """A TorchrunQueue of a fresh name, `gpus` GPUs (and no CPUs or memory) a node, whose kwok pods
+    end as `outcome` after `duration`."""
+    name = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.apply(queue_manifest(name, outcome, duration, nodeResources={"gpus": gpus}))
+    return name
+
+
+def phases(cluster: Cluster, ns: str) -> dict[str, str]:
+    """Every TorchrunJob of `ns`: its phase by its name ("" before the first status)."""
+    items = cluster.get("torchrunjobs", "-n", ns)["items"]
+    return {i["metadata"]["name"]: (i.get("status") or {}).get("phase", "") for i in items}
 
 
 def controller_command(cluster: Cluster, namespace: str, *flags: str) -> list[str]:

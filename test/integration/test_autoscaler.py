@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from jobs import condition, make_job, queue_manifest
-from testbed import Cluster, wait_until
+from jobs import make_job, queue_manifest
+from testbed import Cluster, condition, wait_until
 
 from controller.cmd.main import App
 

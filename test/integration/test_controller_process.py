@@ -8,12 +8,11 @@ import select
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from jobs import controller_command
+from jobs import controller_command, make_queue, phases
 from testbed import Cluster, wait_until
 
 
@@ -33,26 +32,6 @@ def controller_process(cluster: Cluster, namespace: str, *flags: str) -> Iterato
                 proc.wait()
 
 
-def queue(cluster: Cluster, gpus: int, duration: str, outcome: str = "succeed") -> str:
-    name = f"q-{uuid.uuid4().hex[:6]}"
-    cluster.apply(
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "nodeResources": {"gpus": gpus},
-                "image": "pytorch/pytorch:2.4.0",
-                "podAnnotations": {
-                    "kwok.torchrun.ai/outcome": outcome,
-                    "kwok.torchrun.ai/duration": duration,
-                },
-            },
-        }
-    )
-    return name
-
-
 def jobs_manifest(queue_name: str, names: list[str]) -> list[dict[str, object]]:
     return [
         {
@@ -68,11 +47,6 @@ def jobs_manifest(queue_name: str, names: list[str]) -> list[dict[str, object]]:
         }
         for n in names
     ]
-
-
-def phases(cluster: Cluster, ns: str) -> dict[str, str]:
-    items = cluster.get("torchrunjobs", "-n", ns)["items"]
-    return {i["metadata"]["name"]: (i.get("status") or {}).get("phase", "") for i in items}
 
 
 WRITE_LOGS = ("created", "status")  # the controller logs each create and each status write
@@ -119,7 +93,7 @@ def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact
     time), while a job fails and is restarted twice; then let one process finish. What a crash
     between two writes could duplicate is checked: the restart count (counted before the old Job
     is deleted), Events, worker Jobs and Services."""
-    q = queue(cluster, gpus=8, duration="1s", outcome="fail")
+    q = make_queue(cluster, gpus=8, duration="1s", outcome="fail")
     manifest = jobs_manifest(q, ["crash"])
     manifest[0]["spec"]["failurePolicy"] = {"maxRestarts": 2}
     cluster.apply(manifest, namespace)
@@ -154,7 +128,7 @@ def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact
 
 
 def test_fifty_jobs_with_four_workers_all_succeed(cluster: Cluster, crds: Path, namespace: str) -> None:
-    q = queue(cluster, gpus=2, duration="2s")  # 2 nodes × 2 GPUs: 8 jobs fit at once, the rest wait
+    q = make_queue(cluster, gpus=2, duration="2s")  # 2 nodes × 2 GPUs: 8 jobs fit at once, the rest wait
     names = [f"job-{i:02d}" for i in range(50)]
     with controller_process(cluster, namespace, "--threadiness", "4"):
         cluster.apply(jobs_manifest(q, names), namespace)

@@ -16,8 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jobs import controller_command, make_job
-from test_controller_process import phases, queue
+from jobs import controller_command, make_job, make_queue, phases
 from testbed import Cluster, wait_until
 
 LEASE = "torchrun-controller"
@@ -93,7 +92,7 @@ def flush_audit_log(cluster: Cluster, namespace: str) -> None:
 def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing_and_exits(
     cluster: Cluster, crds: Path, namespace: str, tmp_path: Path
 ) -> None:
-    q = queue(cluster, gpus=8, duration="1s")
+    q = make_queue(cluster, gpus=8, duration="1s")
     old_agent = "torchrun-controller/alpha"
 
     def old_leader_writes() -> list[dict[str, Any]]:

@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 import audit
-from jobs import condition, make_job, queue_manifest, rest_requests
+from jobs import make_job, queue_manifest, rest_requests
 from prometheus_client import generate_latest
-from testbed import Cluster, wait_until
+from testbed import Cluster, condition, wait_until
 
 from controller.cmd.main import App
 

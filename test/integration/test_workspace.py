@@ -13,38 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import condition, make_job, queue_manifest
-from sync_archives import file, tar_gz
-from testbed import Cluster, wait_until
+from jobs import make_job, queue_manifest
+from testbed import Cluster, condition, wait_until
+from uploads import archive, pod_running, upload
 
 from controller.cmd.main import App
-
-Files = dict[str, bytes]
-
-
-def archive(files: Files) -> bytes:
-    """A tar.gz of `files` as the plugin writes one."""
-    return tar_gz(file(name, data) for name, data in sorted(files.items()))
-
-
-def upload(
-    cluster: Cluster, ns: str, pod: str, data: bytes, generation: int, sha: str | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """`receive` through the kube-apiserver's exec endpoint, as the plugin does (declared size)."""
-    sha = sha or hashlib.sha256(data).hexdigest()
-    command = ["python", "-m", "controller.sync", "receive", "--generation", str(generation)]
-    command += ["--size", str(len(data)), "--sha256", sha]
-    return subprocess.run(
-        [str(cluster.kubectl_path), "--kubeconfig", str(cluster.kubeconfig), "exec", "-i", "-n", ns, pod,
-         "-c", "sync", "--", *command],
-        input=data, capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
 
 
 def job(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
@@ -55,11 +33,6 @@ def with_condition(cluster: Cluster, ns: str, name: str, ctype: str, reason: str
     obj = job(cluster, ns, name)
     c = condition(obj, ctype)
     return obj if c is not None and c["reason"] == reason else None
-
-
-def pod_running(cluster: Cluster, ns: str, name: str) -> bool:
-    pods = cluster.get("pods", "-n", ns, "--field-selector", f"metadata.name={name}")["items"]
-    return bool(pods) and pods[0]["status"].get("phase") == "Running"
 
 
 def set_generation(cluster: Cluster, ns: str, name: str, generation: int) -> None:

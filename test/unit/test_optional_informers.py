@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s_client
+from testbed import wait_until
 
 from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler
@@ -18,15 +18,6 @@ from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 
 WIDGETS = Resource("example.com", "v1", "widgets", "Widget")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def widget(name: str) -> dict[str, Any]:
@@ -91,7 +82,8 @@ def test_once_served_the_informer_starts_with_its_handlers_and_serves_reads(
     cache = informers.lister(WIDGETS, label_selector="app")
     assert cache is not None and cache.get("a", "ns") is not None
     assert factory.wait_for_cache_sync(5) == {"widgets.example.com": True}  # requested and started
-    assert wait_until(lambda: seen == ["a"]), seen  # the handler registered beforehand got the cache
+    # the handler registered beforehand got the cache
+    wait_until(lambda: seen == ["a"], message="the earlier handler to see a")
 
     late: list[str] = []
     informers.add_event_handler(
@@ -99,7 +91,9 @@ def test_once_served_the_informer_starts_with_its_handlers_and_serves_reads(
     )
     factory.informer_for(WIDGETS, label_selector="app").add(widget("b"))
     assert informers.lister(WIDGETS, label_selector="app") is not None
-    assert wait_until(lambda: sorted(late) == ["a", "b"] and seen == ["a", "b"]), (late, seen)
+    wait_until(
+        lambda: sorted(late) == ["a", "b"] and seen == ["a", "b"], message="both handlers to see a and b"
+    )
 
     served.served.clear()  # the CRD is removed again
     assert informers.lister(WIDGETS, label_selector="app") is None

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from testbed import wait_until
 
 from controller.workqueue import ItemExponentialFailureRateLimiter, Queue, RateLimitingQueue
 
@@ -16,15 +17,6 @@ pytestmark = pytest.mark.timeout(60)
 
 # how long to watch a thread to see that it stays blocked
 BLOCKED = 0.05
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 class Getter:
@@ -336,7 +328,7 @@ def test_stress_no_item_is_processed_twice_at_once_and_no_add_is_lost(
             t.start()
         for t in threads[:producers]:
             t.join(30)
-        assert wait_until(ledger.caught_up, timeout=30)
+        wait_until(ledger.caught_up, 30, message="every key processed after its last add")
         queue.shut_down()
         for t in threads:
             t.join(30)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from testbed import wait_until
 
 from controller.clock import FakeClock
 from controller.workqueue import (
@@ -16,15 +17,6 @@ from controller.workqueue import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 def drain(queue: DelayingQueue[str]) -> list[str]:
@@ -61,7 +53,7 @@ def test_an_item_is_added_when_its_delay_has_passed(clock: FakeClock, queue: Del
     assert queue.len() == 0
 
     clock.step(0.5)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
     assert queue.waiting_len() == 0
     assert drain(queue) == ["a"]
 
@@ -80,11 +72,11 @@ def test_items_become_ready_in_order_of_ready_time(clock: FakeClock, queue: Dela
     queue.add_after("a2", 1.0)  # same time as "a", added later
 
     clock.step(1.0)
-    assert wait_until(lambda: queue.len() == 2)
+    wait_until(lambda: queue.len() == 2, message="two items ready")
     assert drain(queue) == ["a", "a2"]
 
     clock.step(5.0)
-    assert wait_until(lambda: queue.len() == 2)
+    wait_until(lambda: queue.len() == 2, message="two items ready")
     assert drain(queue) == ["b", "c"]
 
 
@@ -94,7 +86,7 @@ def test_a_later_add_after_for_a_waiting_item_is_ignored(clock: FakeClock, queue
     assert queue.waiting_len() == 1
 
     clock.step(1.0)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
     assert queue.waiting_len() == 0  # the 5 s request left nothing behind
     assert drain(queue) == ["a"]
 
@@ -108,11 +100,11 @@ def test_an_earlier_add_after_moves_a_waiting_item_forward(
     assert queue.waiting_len() == 2
 
     clock.step(1.0)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
     assert drain(queue) == ["a"]
 
     clock.step(4.0)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
     assert drain(queue) == ["b"]  # "a"'s superseded 5 s entry added nothing
     assert queue.waiting_len() == 0
 
@@ -120,7 +112,7 @@ def test_an_earlier_add_after_moves_a_waiting_item_forward(
 def test_an_item_can_wait_again_after_it_was_added(clock: FakeClock, queue: DelayingQueue[str]) -> None:
     queue.add_after("a", 1.0)
     clock.step(1.0)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
     assert drain(queue) == ["a"]
 
     queue.add_after("a", 3.0)
@@ -128,7 +120,7 @@ def test_an_item_can_wait_again_after_it_was_added(clock: FakeClock, queue: Dela
     time.sleep(0.06)
     assert queue.len() == 0
     clock.step(1.0)
-    assert wait_until(lambda: queue.len() == 1)
+    wait_until(lambda: queue.len() == 1, message="one item ready")
 
 
 def test_a_zero_or_negative_delay_adds_at_once(queue: DelayingQueue[str]) -> None:
@@ -145,7 +137,7 @@ def test_a_ready_item_follows_the_usual_dedup_rules(clock: FakeClock, queue: Del
     queue.add_after("a", 1.0)
 
     clock.step(1.0)
-    assert wait_until(lambda: queue.waiting_len() == 0)
+    wait_until(lambda: queue.waiting_len() == 0, message="nothing waiting")
     assert queue.len() == 0  # "a" is still being processed: the add is deferred
 
     queue.done("a")
@@ -202,7 +194,7 @@ def test_rate_limited_adds_back_off_per_item_until_forgotten(clock: FakeClock) -
         assert queue.num_requeues("b") == 0
 
         clock.step(1.0)
-        assert wait_until(lambda: queue.len() == 1)
+        wait_until(lambda: queue.len() == 1, message="one item ready")
         assert drain(queue) == ["a"]
         assert queue.waiting_len() == 0
 
@@ -211,7 +203,7 @@ def test_rate_limited_adds_back_off_per_item_until_forgotten(clock: FakeClock) -
         time.sleep(0.06)
         assert queue.len() == 0
         clock.step(1.0)
-        assert wait_until(lambda: queue.len() == 1)
+        wait_until(lambda: queue.len() == 1, message="one item ready")
 
         queue.forget("a")
         assert queue.num_requeues("a") == 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from testbed import wait_until
 
 from controller.clock import FakeClock
 from controller.metrics.workqueue import DURATION_BUCKETS, PrometheusWorkqueueMetricsProvider
@@ -24,15 +24,6 @@ METRIC_NAMES = {
     "workqueue_longest_running_processor_seconds",
     "workqueue_retries",
 }
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
 
 
 @pytest.fixture
@@ -129,13 +120,13 @@ def test_unfinished_work_is_the_age_of_the_items_being_processed(
     def longest() -> float | None:
         return sample(registry, "workqueue_longest_running_processor_seconds")
 
-    assert wait_until(lambda: longest() == pytest.approx(4.0))
+    wait_until(lambda: longest() == pytest.approx(4.0), message="the longest running processor at 4 s")
     assert sample(registry, "workqueue_unfinished_work_seconds") == pytest.approx(7.0)
 
     queue.done("a")
     queue.done("b")
     clock.step(1.0)
-    assert wait_until(lambda: longest() == 0.0)
+    wait_until(lambda: longest() == 0.0, message="no running processor")
     assert sample(registry, "workqueue_unfinished_work_seconds") == 0.0
 
 
