@@ -11,12 +11,14 @@
 #   hack/controlplane.sh env                print the export line for kubectl
 #   hack/controlplane.sh leftovers          what a real node left on the host (mounts, links,
 #                                           cgroups, processes); prints nothing when clean
+#   hack/controlplane.sh python             the Python of the node agent and the sync pods
 #
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
 # TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110), TORCHRUN_PYTHON (the Python of the node
 # agent and the sync pods; default: the first of `python`, `python3` on PATH that imports this
-# checkout's `controller`, else hack/venv.sh's).
+# checkout's `controller` and the node agent's dependencies from outside the checkout, else
+# hack/venv.sh's).
 # TORCHRUN_REAL_NODE=1 adds one real node, `realnode-0` (hack/testbed/realnode.sh: containerd,
 # kubelet, bridge CNI, CoreDNS; root only), components containerd, coredns and kubelet.
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
@@ -197,13 +199,17 @@ install_cluster_objects() {  # what kwok and the node agent need before they sta
     "${KWOK_CRDS[@]/#/crd/}" >/dev/null
 }
 
-testbed_python() {  # the Python whose `controller` is this checkout's (TORCHRUN_PYTHON first)
+testbed_python() {  # the Python that runs the node agent from this checkout (TORCHRUN_PYTHON first)
   local py
   for py in "${TORCHRUN_PYTHON:-}" "$(command -v python || true)" "$(command -v python3 || true)"; do
     [ -n "$py" ] || continue
-    if "$py" - "$REPO_DIR" >/dev/null 2>&1 <<'PY'
+    # from / and with the node agent's PYTHONPATH: run from the repository root, `import
+    # controller` would find the checkout through the current directory in any Python, even
+    # one without the project's dependencies, and the node agent would then die on its first
+    # import (structlog); importing the agent itself proves every dependency it needs is there
+    if (cd / && PYTHONPATH="$HACK_DIR/testbed" "$py" - "$REPO_DIR" >/dev/null 2>&1) <<'PY'
 import os, sys
-import controller
+import controller, nodeagent.__main__, structlog
 here = os.path.realpath(sys.argv[1]) + os.sep
 sys.exit(0 if os.path.realpath(controller.__file__).startswith(here) else 1)
 PY
@@ -349,5 +355,6 @@ case ${1:-} in
   stop) stop_component "$2" ;;
   env) env_line ;;
   leftovers) realnode_leftovers ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  python) testbed_python ;;
+  *) sed -n '2,24p' "$0"; exit 2 ;;
 esac

@@ -1,11 +1,16 @@
 """The test bed is real: kube-scheduler places pods by GPU, kwok runs them as told, the Job
-controller counts them, and the garbage collector removes what a deleted Job owned."""
+controller counts them, and the garbage collector removes what a deleted Job owned; and
+`hack/controlplane.sh` run from a plain shell picks a Python that can run its node agent."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
-from testbed import Cluster, wait_until
+from testbed import CONTROLPLANE, REPO, Cluster, condition, wait_until
 
 
 def indexed_job(
@@ -38,11 +43,8 @@ def indexed_job(
 
 
 def job_condition(cluster: Cluster, ns: str, name: str, ctype: str) -> dict[str, Any] | None:
-    job = cluster.get("job", name, "-n", ns)
-    for cond in job.get("status", {}).get("conditions", []):
-        if cond["type"] == ctype and cond["status"] == "True":
-            return dict(cond)
-    return None
+    cond = condition(cluster.get("job", name, "-n", ns), ctype)
+    return cond if cond and cond["status"] == "True" else None
 
 
 def pods_of(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
@@ -55,8 +57,7 @@ def test_nodes_are_fake_gpu_nodes(cluster: Cluster) -> None:
     assert len(nodes) == 4
     for node in nodes:
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
-        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-        assert ready and ready[0]["status"] == "True"
+        assert (condition(node, "Ready") or {}).get("status") == "True", node["status"]
     assert cluster.kubectl("version", "-o", "json").stdout.count("v1.34") >= 1
 
 
@@ -108,13 +109,45 @@ def test_pod_asking_too_many_gpus_is_unschedulable(cluster: Cluster, namespace: 
     cluster.apply(pod, namespace)
 
     def unschedulable() -> dict[str, Any] | None:
-        got = cluster.get("pod", "greedy", "-n", namespace)
-        for cond in got.get("status", {}).get("conditions", []):
-            if cond["type"] == "PodScheduled" and cond["status"] == "False":
-                return dict(cond)
-        return None
+        cond = condition(cluster.get("pod", "greedy", "-n", namespace), "PodScheduled")
+        return cond if cond and cond["status"] == "False" else None
 
     cond = wait_until(unschedulable, 30, message="PodScheduled=False")
     assert cond["reason"] == "Unschedulable"
     assert "nvidia.com/gpu" in cond["message"]
     assert cluster.get("pod", "greedy", "-n", namespace)["status"]["phase"] == "Pending"
+
+
+def test_a_plain_shell_at_the_repository_root_gets_a_python_with_the_projects_dependencies(
+    tmp_path: Path,
+) -> None:
+    """The README's `hack/controlplane.sh up` from the repository root in a plain shell, whose
+    first `python3` is the system one without the project's dependencies: from the root that
+    Python imports `controller` (the current directory is on its path), so a probe of that import
+    alone chose it and the node agent died on `import structlog`."""
+    system = shutil.which("python3", path=os.defpath)
+    assert system, f"no python3 on {os.defpath}"
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for name in ("python", "python3"):  # -S: none of the site-packages, whatever this host installed
+        (bare / name).write_text(f'#!/bin/sh\nexec {system} -S "$@"\n')
+        (bare / name).chmod(0o755)
+    plain = {"HOME": os.environ["HOME"], "PATH": f"{bare}:/usr/bin:/bin"}
+    plain |= {k: os.environ[k] for k in ("TORCHRUN_CACHE_DIR", "XDG_CACHE_HOME") if k in os.environ}
+    imports = "import controller, structlog; print(controller.__file__)"
+
+    def run(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command, cwd=cwd, env=plain, capture_output=True, text=True, timeout=900, check=False
+        )
+
+    trap = run("python3", "-c", "import controller; import structlog", cwd=REPO)
+    assert "No module named 'structlog'" in trap.stderr, "the first python3 must be the bare one"
+
+    chosen = run("bash", str(CONTROLPLANE), "python", cwd=REPO)
+    assert chosen.returncode == 0, chosen.stderr
+    python = chosen.stdout.strip()
+    # from /, so the checkout comes from the interpreter's own path, not from the current directory
+    proof = run(python, "-c", imports, cwd=Path("/"))
+    assert proof.returncode == 0, f"the node agent's Python {python}: {proof.stderr}"
+    assert Path(proof.stdout.strip()).resolve().is_relative_to(REPO)
