@@ -6,7 +6,9 @@ garbage collector and the elastic autoscaler. SIGTERM/SIGINT stop the workers ta
 the reconciles in flight finish (at most SHUTDOWN_TIMEOUT), stop the informers, and only then
 release the Lease and exit 0.
 Losing the Lease exits 1 at once, and a write fence keeps every write from leaving the process
-once the Lease may have passed to another replica. A failed start-up exits 1 with one line.
+once the Lease may have passed to another replica. A bad flag exits 2 with one line
+(options.py); a failed start-up exits 1 with one line: on stderr for a kubeconfig that cannot be
+loaded or an address that cannot be served, the log's `start-up failed` for caches that never sync.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.rest import RESTClient, load_config
 from controller.rest.config import current_namespace
+from controller.rest.discovery import Discovery
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob import wiring as torchrunjob_wiring
 from controller.torchrunjob.controller import Options
 from controller.torchrunjob.metrics import JobsCollector
 from controller.torchrunqueue import wiring as torchrunqueue_wiring
-from controller.torchrunqueue.discovery import Discovery
 
 log = structlog.get_logger("main")
 SHUTDOWN_TIMEOUT = 20.0  # seconds; below the default terminationGracePeriodSeconds (30)
@@ -159,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app = App(opts, metrics)
     except Exception as exc:  # bad kubeconfig and the like: one clear line
-        print(f"torchrun-controller: {exc}", file=sys.stderr)
-        return 2
+        _fail_start_up(str(exc))
+        return 1
     stop = threading.Event()  # SIGTERM/SIGINT, or start-up failed: stop the controllers
     failed = threading.Event()
     elector: LeaderElector | None = None
@@ -171,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         # a standby replica is ready (it serves its purpose: waiting); a leader once synced
         return app.synced.is_set() or (elector is not None and not elector.is_leader)
 
-    servers = [MetricsServer(opts.metrics_addr, metrics.registry, ready=ready).start()]
-    if opts.health_addr != opts.metrics_addr:
-        servers.append(MetricsServer(opts.health_addr, metrics.registry, ready=ready).start())
+    servers: list[MetricsServer] = []
+    for address in dict.fromkeys((opts.metrics_addr, opts.health_addr)):  # one server when they agree
+        try:
+            servers.append(MetricsServer(address, metrics.registry, ready=ready).start())
+        except OSError as exc:  # taken, or not an address of this host
+            _fail_start_up(f"cannot serve on {address}: {exc}")
+            for s in servers:
+                s.shutdown()
+            return 1
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("shutting down", signal=signal.Signals(signum).name)
@@ -225,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     for s in servers:
         s.shutdown()
     return 1 if failed.is_set() else 0
+
+
+def _fail_start_up(message: str) -> None:
+    """The one line of a start-up that failed before anything ran (a YAML error is several)."""
+    print(f"torchrun-controller: {' '.join(message.split())}", file=sys.stderr)
 
 
 def _run_or_stop(app: App, stop: threading.Event, failed: threading.Event) -> None:
