@@ -1,5 +1,10 @@
 """Is an API group/version served? A small cached discovery client (SPEC §5: a queue whose
-scheduler's CRDs are missing says so in a condition instead of crashing)."""
+scheduler's CRDs are missing says so in a condition instead of crashing).
+
+Guarantees: `served(gv)` asks the API server (`GET /apis/<gv>`) at most once per `ttl` seconds
+per group/version, from any thread; 404 and 503 (an aggregated API that is not available) mean
+"not served" and are cached like an answer; any other error is raised and not cached.
+"""
 
 from __future__ import annotations
 

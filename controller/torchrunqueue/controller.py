@@ -18,7 +18,7 @@ a parent KAI Queue) is not watched. A queue whose scheduler does not gang-schedu
 back to another scheduler: a gang silently run pod by pod is worse than a clear wait.
 `status.jobs` counts the queue's jobs by phase, from the cache; `observedGeneration` is the
 generation the conditions describe. Status is written only when it changed.
-Nothing is read from the API on a pass but discovery (cached, `discovery.py`): StorageClasses
+Nothing is read from the API on a pass but discovery (cached, `rest/discovery.py`): StorageClasses
 and KAI Queues come from cluster-wide informers (`OptionalInformers`, started the first time a
 queue needs them and their API is served), jobs and queues from the shared ones.
 """
@@ -52,9 +52,9 @@ from controller.cache import Lister, OptionalInformers
 from controller.clock import utc_now
 from controller.meta import Resource
 from controller.rest.client import RESTClient
+from controller.rest.discovery import Discovery
 from controller.runtime import Result
 from controller.runtime.status import update_status
-from controller.torchrunqueue.discovery import Discovery
 from controller.torchrunqueue.kaiqueue import KAI_PODGROUPS_VERSION, KAI_QUEUES, ConditionState, KaiQueues
 
 log = structlog.get_logger("torchrunqueue")

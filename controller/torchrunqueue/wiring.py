@@ -17,9 +17,9 @@ from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
+from controller.rest.discovery import Discovery
 from controller.runtime import Controller
 from controller.torchrunqueue.controller import TorchrunQueueReconciler
-from controller.torchrunqueue.discovery import Discovery
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 
