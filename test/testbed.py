@@ -153,8 +153,10 @@ class Cluster:
         return self.kubectl("apply", "--server-side", "--force-conflicts", *ns, "-f", "-", input=text).stdout
 
     def delete_namespace(self, name: str, timeout: float = 110) -> None:
-        """Delete namespace `name` and return once none of its pods holds a node (at most `timeout`
-        seconds); everything else in it is removed in the background.
+        """Delete namespace `name` and return once none of its pods holds a node; everything else in
+        it is removed in the background. Pods still on a node after `timeout` seconds fail the
+        caller, named with their nodes and phases: a leak would otherwise surface later as another
+        test's capacity failure, far from its cause.
 
         Pods bound to nodes are what holds the nodes' GPUs (CPUs, memory, pod slots): once they are
         gone, another test can have the nodes. The DELETE makes the namespace Terminating at once and
@@ -169,6 +171,7 @@ class Cluster:
         looks again."""
         self.kubectl("delete", "namespace", name, "--wait=false", check=False)
         deadline = time.monotonic() + timeout
+        left: list[str] | str = "no answer from kubectl get pods"
         while True:
             proc = self.kubectl("get", "pods", "-n", name, "-o", "json", check=False)
             if proc.returncode == 0:
@@ -179,8 +182,16 @@ class Cluster:
                     self.kubectl("delete", "--raw", f"/api/v1/namespaces/{name}/pods", check=False)
                 elif not any(p["spec"].get("nodeName") for p in pods):
                     return
+                left = [
+                    f"{p['metadata']['name']} on {p['spec'].get('nodeName') or 'no node'}"
+                    f" ({(p.get('status') or {}).get('phase', '?')}"
+                    f"{', being deleted' if p['metadata'].get('deletionTimestamp') else ''})"
+                    for p in pods
+                ]
+            else:
+                left = f"kubectl get pods: {proc.stderr.strip()}"
             if time.monotonic() >= deadline:
-                return
+                raise AssertionError(f"namespace {name}: pods still hold nodes after {timeout}s: {left}")
             time.sleep(0.2)
 
     def controlplane(self, *args: str) -> None:

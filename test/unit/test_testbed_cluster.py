@@ -1,0 +1,46 @@
+"""The test bed's own promises, checked without a control plane: `Cluster.delete_namespace`
+fails loudly, naming what is left, when pods still hold nodes after its timeout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from testbed import Cluster
+
+STUCK_POD = {
+    "metadata": {"name": "worker-0", "deletionTimestamp": "2025-01-01T00:00:00Z"},
+    "spec": {"nodeName": "gpu-node-1"},
+    "status": {"phase": "Running"},
+}
+
+
+def fake_kubectl(tmp_path: Path, pods: list[dict[str, object]]) -> Path:
+    """A kubectl that deletes nothing and always lists `pods`."""
+    path = tmp_path / "kubectl"
+    listing = json.dumps({"items": pods})
+    path.write_text(f"#!{sys.executable}\nimport sys\nif 'get' in sys.argv: print({listing!r})\n")
+    path.chmod(0o755)
+    return path
+
+
+def cluster(tmp_path: Path, pods: list[dict[str, object]]) -> Cluster:
+    return Cluster(
+        run_dir=tmp_path, kubeconfig=tmp_path / "kubeconfig", kubectl_path=fake_kubectl(tmp_path, pods)
+    )
+
+
+def test_delete_namespace_fails_naming_the_pods_still_on_nodes_after_its_timeout(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError) as failed:
+        cluster(tmp_path, [STUCK_POD]).delete_namespace("t-leaky", timeout=0.5)
+    assert str(failed.value) == (
+        "namespace t-leaky: pods still hold nodes after 0.5s: "
+        "['worker-0 on gpu-node-1 (Running, being deleted)']"
+    )
+
+
+def test_delete_namespace_returns_once_no_pod_holds_a_node(tmp_path: Path) -> None:
+    unbound = {**STUCK_POD, "spec": {}}  # being deleted, never bound: the API server never binds it
+    cluster(tmp_path, [unbound]).delete_namespace("t-clean", timeout=0.5)
