@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any
 
 from controller.api import JobConditionType as C
+from controller.api import TorchrunJob, TorchrunJobStatus
 from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.status import Outcome
 from controller.torchrunjob.steps import Observed
@@ -204,3 +205,25 @@ def running(ready: int, nodes: int, blocked: str | None) -> Observed:
     if blocked:
         return Observed(C.RUNNING, False, Reason.UNSCHEDULABLE, blocked)
     return Observed(C.RUNNING, False, Reason.WORKERS_STARTING, f"{ready}/{nodes} worker pods are running")
+
+
+def deadline_of(job: TorchrunJob, status: TorchrunJobStatus, now: datetime) -> Decision:
+    """`deadline` for `job` as it stands."""
+    spec = job.spec
+    return deadline(
+        spec.active_deadline_seconds, spec.suspend, status.start_time, spec.ttl_seconds_after_finished, now
+    )
+
+
+def finished_of(
+    job: TorchrunJob, status: TorchrunJobStatus, autoclean: bool, workers_running: bool, now: datetime
+) -> Decision:
+    """`finished` for `job` as it stands; `workers_running`: its worker Job has not ended."""
+    return finished(
+        managed_etcd=job.spec.distributed.runs_managed_etcd,
+        autoclean=autoclean,
+        workers_running=workers_running,
+        ttl_seconds=job.spec.ttl_seconds_after_finished,
+        completion_time=status.completion_time,
+        now=now,
+    )

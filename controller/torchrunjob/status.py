@@ -204,6 +204,17 @@ class StatusUpdate:
         self.requeue = self.requeue or step.retry
         return True
 
+    def workspace_ready(self, state: Any) -> None:
+        """`WorkspaceReady=True` as `state` (a `workspace.WorkspaceState`) says, with the generation
+        in use when it names one."""
+        self.cond(JobConditionType.WORKSPACE_READY, True, state.reason, state.message)
+        if state.generation is not None:
+            self.set(
+                workspace_generation=state.generation,
+                workspace_sha256=state.sha256,
+                workspace_sync_time=state.synced_at,
+            )
+
     def set(self, **changes: Any) -> None:
         self.status = dataclasses.replace(self.status, **changes)
 

@@ -883,11 +883,17 @@ class TestCoschedulingAndVolcano:
             )
             gated = get_or_none(cluster, "job", "train", "-n", namespace) is None
             polled = reads(app, crd) - before
+            # and the user is told why: the status of every waiting pass is written
+            admitted = condition(job_condition(cluster, namespace, "Admitted", "NameConflict"), "Admitted")
         finally:
             release = ["--type=merge", "-p", json.dumps({"metadata": {"finalizers": None}})]
             cluster.kubectl("patch", crd, "train", "-n", namespace, *release, check=False)
         assert gated  # no worker Job, so no pod outside its gang
         assert polled == 0  # waited on the cache, not by polling the API
+        assert admitted is not None and admitted["status"] == "False"
+        assert admitted["message"].startswith(
+            f"PodGroup {namespace}/train still belongs to an earlier TorchrunJob"
+        )
 
         tj = cluster.get("torchrunjob", "train", "-n", namespace)
         pg = wait_until(
@@ -901,6 +907,37 @@ class TestCoschedulingAndVolcano:
         )
         assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+
+    def test_a_foreign_pod_group_is_never_used_and_the_job_says_so(
+        self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
+    ) -> None:
+        """A PodGroup named like the job that someone else made (no owner reference) is neither
+        used, changed nor deleted: the job waits with `Admitted=False NameConflict` naming it, makes
+        no worker Job, and starts by itself once the name is free."""
+        crd = "podgroups.scheduling.x-k8s.io"
+        foreign = {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": namespace, "labels": {"team": "other"}},
+            "spec": {"minMember": 7},
+        }
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(foreign))
+        queue = make_queue(scheduling={"scheduler": "coscheduling"})
+        start_controller()
+        make_job(cluster, namespace, queue)
+        tj = job_condition(cluster, namespace, "Admitted", "NameConflict")
+        message = condition(tj, "Admitted")["message"]
+        assert message.startswith(f"PodGroup {namespace}/train already exists and is not controlled by")
+        assert tj["status"]["phase"] == "Pending"
+        assert get_or_none(cluster, "job", "train", "-n", namespace) is None
+        pg = cluster.get(crd, "train", "-n", namespace)
+        assert pg["spec"]["minMember"] == 7 and not pg["metadata"].get("ownerReferences")  # untouched
+        cluster.kubectl("delete", crd, "train", "-n", namespace)
+        job_condition(cluster, namespace, "Admitted", "Admitted")
+        mine = wait_until(
+            lambda: get_or_none(cluster, crd, "train", "-n", namespace), 60, message="its PodGroup"
+        )
+        assert controller_owner(mine) == ("TorchrunJob", tj["metadata"]["uid"])
 
     def test_volcano_job_gets_an_owned_pod_group_its_pods_are_annotated_with(
         self,

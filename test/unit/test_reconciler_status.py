@@ -1,0 +1,132 @@
+"""The job reconciler writes the status its steps computed on every path (controller.py): a
+transient error mid-pass still leaves what was learnt before it, and a step's `Wait` becomes the
+user-visible condition. The listers are real caches filled by hand; the REST client is a stand-in
+that records writes and fails where a test says (these tests are about the pass, not the API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.api.resources import TORCHRUNJOBS
+from controller.cache import Lister, freeze
+from controller.cache.store import Indexer
+from controller.meta import Resource
+from controller.metrics.registry import ControllerMetrics
+from controller.rest.errors import ApiError
+from controller.rest.resources import SERVICES
+from controller.runtime import Result
+from controller.torchrunjob.controller import TorchrunJobReconciler
+from controller.torchrunjob.podgroups import PodGroups
+
+READY_QUEUE = {
+    "apiVersion": "torchrun.ai/v1alpha1",
+    "kind": "TorchrunQueue",
+    "metadata": {"name": "q", "uid": "q-1", "generation": 1},
+    "spec": {"nodeResources": {"gpus": 8}, "image": "img:1"},
+    "status": {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Ready",
+                "message": "",
+                "lastTransitionTime": "2026-11-25T00:00:00Z",
+            }
+        ]
+    },
+}
+JOB = {
+    "apiVersion": "torchrun.ai/v1alpha1",
+    "kind": "TorchrunJob",
+    "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1, "resourceVersion": "7"},
+    "spec": {"jobQueue": "q", "numNodes": 2, "command": "python train.py", "workspace": {"source": "none"}},
+}
+
+
+class Client:
+    """Records status writes; `fail_on` (verb, resource) raises the given error."""
+
+    def __init__(self, fail_on: dict[tuple[str, Resource], Exception] | None = None) -> None:
+        self.fail_on = fail_on or {}
+        self.statuses: list[dict[str, Any]] = []
+        self.metrics = ControllerMetrics()
+
+    def _maybe_fail(self, verb: str, resource: Resource) -> None:
+        if (verb, resource) in self.fail_on:
+            raise self.fail_on[(verb, resource)]
+
+    def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        assert resource == TORCHRUNJOBS
+        self.statuses.append(obj["status"])
+        return obj
+
+    def create(self, resource: Resource, obj: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
+        self._maybe_fail("create", resource)
+        return {**obj, "metadata": {**obj["metadata"], "uid": f"uid-{obj['metadata']['name']}"}}
+
+    def patch(self, resource: Resource, *_: Any, **__: Any) -> dict[str, Any]:
+        self._maybe_fail("patch", resource)
+        return {}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def event(self, _obj: Any, kind: str, reason: str, _message: str) -> None:
+        self.events.append((kind, str(reason)))
+
+
+def lister(*objs: dict[str, Any]) -> Lister:
+    indexer = Indexer()
+    for obj in objs:
+        indexer.add(freeze(obj))
+    return Lister(indexer)
+
+
+def reconciler(client: Client, recorder: Recorder, services: Lister | None = None) -> TorchrunJobReconciler:
+    empty = lister()
+    return TorchrunJobReconciler(
+        client,  # type: ignore[arg-type]
+        jobs=lister(JOB),
+        queues=lister(READY_QUEUE),
+        worker_jobs=empty,
+        services=services or lister(),
+        pods=empty,
+        claims=empty,
+        recorder=recorder,  # type: ignore[arg-type]
+        pod_groups=PodGroups(client, informers=None),  # type: ignore[arg-type]
+    )
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_a_transient_error_mid_pass_still_writes_the_status_computed_so_far() -> None:
+    boom = ApiError(500, "InternalError", "etcdserver: request timed out")
+    client, recorder = Client(fail_on={("create", SERVICES): boom}), Recorder()
+    with pytest.raises(ApiError):  # still raised: the runtime retries the key with backoff
+        reconciler(client, recorder).reconcile("ns/j")
+    (status,) = client.statuses
+    assert conditions(status) == {"Admitted": ("True", "Admitted"), "WorkspaceReady": ("True", "NoWorkspace")}
+    assert status["nodes"] == 2 and status["gpus"] == 16 and status["startTime"]
+    assert ("Normal", "Admitted") in recorder.events
+
+
+def test_a_name_taken_by_a_foreign_object_is_a_condition_naming_it_and_a_backed_off_retry() -> None:
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "s-9"},
+    }
+    client, recorder = Client(), Recorder()
+    result = reconciler(client, recorder, services=lister(foreign)).reconcile("ns/j")
+    assert result == Result(requeue=True)
+    (status,) = client.statuses
+    assert conditions(status)["Admitted"] == ("False", "NameConflict")
+    (admitted,) = [c for c in status["conditions"] if c["type"] == "Admitted"]
+    assert "Service ns/j already exists and is not controlled by this TorchrunJob" in admitted["message"]
+    assert ("Warning", "NameConflict") in recorder.events
