@@ -11,8 +11,9 @@ The manifests are never changed. What a cluster needs for them, provided here as
   makes for KAI is asserted, not enforced;
 - nodes for h100-training: four extra kwok nodes carrying its nodeSelector label
   (`gpu.nvidia.com/class: H100`), 8 GPUs and a little more than its 128 CPUs and 1024Gi (the
-  test bed's nodes have 96 CPUs). They also carry `nvidia.com/gpu.product: h100-80gb`, because the
-  controller turns `nodeResources.gpuType` into that nodeSelector;
+  test bed's nodes have 96 CPUs) — and nothing else: `nodeResources.gpuType: h100-80gb` is
+  informational (SPEC §3) and never becomes a node selector, so the job must land on nodes
+  labelled only as the seed's own `scheduling.nodeSelector` says;
 - the changes document's job names a queue `gpu-queue` that no seed document defines: the test
   creates a plain 8-GPU queue of that name.
 All of it is removed at the end of the module.
@@ -28,6 +29,7 @@ then their workers, Running on the nodes their queues select.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,7 +77,6 @@ def h100_node(name: str) -> dict[str, Any]:
                 "kubernetes.io/os": "linux",
                 "type": "kwok",
                 "gpu.nvidia.com/class": "H100",
-                "nvidia.com/gpu.product": "h100-80gb",
             },
         },
         "status": {
@@ -266,8 +267,11 @@ def test_the_seed_etcd_v2_jobs_run_with_the_code_in_the_image(
     assert {p["spec"]["schedulerName"] for p in pods} == {"kai-scheduler"}
     placed = {p["spec"]["nodeName"] for p in pods}
     assert len(placed) == nodes
-    if name == "vit-training":
+    if name == "vit-training":  # gpuType h100-80gb is no selector: only the seed's nodeSelector places it
         assert placed == set(H100_NODES)
+        assert {json.dumps(p["spec"].get("nodeSelector"), sort_keys=True) for p in pods} == {
+            json.dumps({"gpu.nvidia.com/class": "H100"})
+        }
     else:
         assert {p["spec"]["priorityClassName"] for p in pods} == {"gpu-priority"}
     group = cluster.get("podgroups.scheduling.run.ai", name, "-n", namespace)

@@ -256,3 +256,18 @@ def test_etcd_v2_without_an_endpoint_points_the_workers_at_the_managed_etcd() ->
     args = m["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--rdzv_backend=etcd-v2" in args and "--rdzv_endpoint=j-etcd:2379" in args
     assert env_of(m)["PET_RDZV_ENDPOINT"] == "j-etcd:2379"
+
+
+def test_gpu_type_is_informational_never_a_node_selector() -> None:
+    """SPEC §3: real clusters label GPUs in their own words (NVIDIA-H100-80GB-HBM3), so a
+    selector made from `gpuType` would keep every job Pending; placement is `nodeSelector`."""
+    q = queue(
+        nodeResources={"gpus": 8, "gpuType": "h100-80gb"},
+        scheduling={"nodeSelector": {"gpu.nvidia.com/class": "H100"}},
+    )
+    pod = worker(job(), q)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu.nvidia.com/class": "H100"}
+    assert (
+        "nodeSelector"
+        not in worker(job(), queue(nodeResources={"gpus": 8, "gpuType": "a100"}))["spec"]["template"]["spec"]
+    )
