@@ -3,7 +3,7 @@
 torchrun's rendezvous is `c10d` by default (a TCP store on node 0, at `<job>-0.<job>:rdzvPort`);
 `etcd-v2` needs an etcd serving the v2 API: the user's (`rdzvEndpoint`), or — without an endpoint,
 as the seed's examples write it — one the controller runs for the job (an etcd 3.5 pod
-`<job>-etcd`, see `torchrunjob/rendezvous.py`). `managedEtcd: true` is the explicit spelling of
+`<job>-etcd`, see `torchrunjob/manifests/rendezvous.py`). `managedEtcd: true` is the explicit spelling of
 the same. CEL rejects an endpoint together with `managedEtcd`, and either with `c10d`.
 `distributed.maxRestarts` is torchrun's in-node restart count, not whole-job restarts.
 """
