@@ -7,6 +7,11 @@ test ends once its pods are gone; the rest of the namespace goes in the backgrou
 Every run also gets two plugins: the skip policy (an unexpected skip fails the session) and
 the summary notes (`record_property("note", text)` is printed at the end).
 Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
+
+The tiers are marked here, by directory, so no module can forget its marker: everything in
+test/integration and test/e2e is `integration` (the control plane, programs and images built by
+hack/), test/e2e is also `e2e`, and test/e2e/test_realnode.py is also `realnode` (root, and a real
+node on this host); `-m "not integration"` is the unit tests alone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import skip_policy
@@ -24,6 +30,22 @@ from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
+
+TEST_DIR = Path(__file__).resolve().parent
+TIERS = {"integration": ("integration", "e2e"), "e2e": ("e2e",), "realnode": ("e2e/test_realnode.py",)}
+
+
+def tiers(path: Path) -> list[str]:
+    """The tier markers of a test file, by where it lives under test/."""
+    where = path.resolve().relative_to(TEST_DIR).as_posix()
+    return [tier for tier, places in TIERS.items() if any(where.startswith(p) for p in places)]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for tier in tiers(item.path):
+            item.add_marker(tier)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,8 +26,6 @@ import pytest
 import yaml
 from testbed import REPO, Cluster, wait_until
 
-pytestmark = pytest.mark.integration
-
 CONFIG = REPO / "config"
 NAMESPACE = "torchrun-system"
 SERVICE_ACCOUNT = "torchrun-controller"

@@ -18,8 +18,6 @@ from testbed import Cluster, wait_until
 from controller.api import TorchrunJob, TorchrunQueue, WorkspaceSource, to_json
 from controller.cmd.main import App
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((REPO / "config" / "samples").glob("*.yaml"))
 CRD_NAMES = ("torchrunqueues.torchrun.ai", "torchrunjobs.torchrun.ai")

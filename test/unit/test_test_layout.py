@@ -1,10 +1,15 @@
-"""The tests' own rules, checked on their source: one home per shared helper, and no test module
-importing another (a helper imported from a test module ties two modules together, and the tests
-of the imported one can run, or be collected, again under the importer)."""
+"""The tests' own rules: one home per shared helper, no test module importing another (a helper
+imported from a test module ties two modules together, and the tests of the imported one can run,
+or be collected, again under the importer), and tiers a marker can select: `-m "not integration"`
+runs the unit tests and nothing else."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,55 @@ def test_wait_until_polls_at_once_then_backs_off_to_its_interval_and_returns_the
     calls = iter(range(1, 100))
     assert wait_until(lambda: next(calls) == 10 and "ready", 5, interval=0.05) == "ready"
     assert pauses == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.05])
+
+
+COLLECTED = """
+import json, os
+
+DESELECTED = {}
+
+def marks(item):
+    return sorted({m.name for m in item.iter_markers()})
+
+def pytest_deselected(items):
+    DESELECTED.update((i.nodeid, marks(i)) for i in items)
+
+def pytest_collection_finish(session):
+    selected = {i.nodeid: marks(i) for i in session.items}
+    with open(os.environ["COLLECTED_INTO"], "w") as out:
+        json.dump({"selected": selected, "deselected": DESELECTED}, out)
+"""
+
+
+def collect(tmp_path: Path, marker_expression: str) -> dict[str, dict[str, list[str]]]:
+    """What `pytest --collect-only -m EXPRESSION test` selects and deselects: each test's markers by
+    its node id."""
+    (tmp_path / "collected_plugin.py").write_text(COLLECTED)
+    into = tmp_path / "collected.json"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "COLLECTED_INTO": str(into)}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "collected_plugin"]
+    done = subprocess.run(
+        [*command, "--collect-only", "-q", "-m", marker_expression, "test"],
+        cwd=TEST_DIR.parent, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    collected: dict[str, dict[str, list[str]]] = json.loads(into.read_text())
+    return collected
+
+
+def test_the_tiers_are_marked_by_directory_and_not_integration_is_the_unit_tests_alone(
+    tmp_path: Path,
+) -> None:
+    collected = collect(tmp_path, "not integration")
+    everything = collected["selected"] | collected["deselected"]
+    tier = {d: {n for n in everything if n.startswith(f"test/{d}/")} for d in ("unit", "integration", "e2e")}
+    assert all(tier.values()) and set(everything) == set().union(*tier.values())
+    assert set(collected["selected"]) == tier["unit"]
+
+    def marked(marker: str) -> set[str]:
+        return {n for n, marks in everything.items() if marker in marks}
+
+    assert marked("integration") == tier["integration"] | tier["e2e"]
+    assert marked("e2e") == tier["e2e"]
+    assert marked("realnode") == {n for n in tier["e2e"] if n.startswith("test/e2e/test_realnode.py::")}
+    assert marked("realnode")
