@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from customresources import crd_names, remove_crds, served
 from jobs import condition, make_job, queue_manifest, rest_requests
 from summary_notes import STAND_IN
 from testbed import REPO, Cluster, cache_dir, pins, wait_until
@@ -60,40 +61,6 @@ def scheduler_crds() -> dict[str, Path]:
     if proc.returncode != 0:
         pytest.fail(f"{CRD_SCRIPT.name} failed: {proc.stderr.strip()[-2000:]}")
     return {k: Path(v) for k, v in (line.split("=", 1) for line in proc.stdout.split())}
-
-
-def crd_names(directory: Path) -> list[str]:
-    names = []
-    for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                names.append(doc["metadata"]["name"])
-    return names
-
-
-def served(cluster: Cluster, crd: str) -> bool:
-    return cluster.kubectl("get", "crd", crd, check=False).returncode == 0
-
-
-def remove_crds(cluster: Cluster, names: list[str], timeout: float = 420) -> None:
-    """Delete CRDs and wait until they are gone.
-
-    kube-apiserver may take minutes: its CRD finalizer fails to list the instances while the
-    resource's watch cache re-initialises ("storage is (re)initializing") and retries with an
-    exponential backoff. An edit of the CRD requeues it at once, so the wait nudges it now and then.
-    """
-    cluster.kubectl("delete", "crd", *names, "--wait=false", check=False)
-    deadline = time.monotonic() + timeout
-    while left := [n for n in names if served(cluster, n)]:
-        if time.monotonic() > deadline:
-            stuck = [
-                (n, (condition(cluster.get("crd", n), "Terminating") or {}).get("message")) for n in left
-            ]
-            raise AssertionError(f"CRDs not removed after {timeout}s: {stuck}")
-        time.sleep(5)
-        for n in left:
-            nudge = {"metadata": {"annotations": {"torchrun.ai/nudge": str(time.monotonic_ns())}}}
-            cluster.kubectl("patch", "crd", n, "--type=merge", "-p", json.dumps(nudge), check=False)
 
 
 @pytest.fixture(scope="module")

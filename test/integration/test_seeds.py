@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 import yaml
+from customresources import crd_names, remove_crds
 from jobs import condition
-from test_schedulers import crd_names, remove_crds
-from test_workspace import archive, pod_running, upload
 from testbed import REPO, Cluster, wait_until
+from uploads import archive, pod_running, upload
 
 from controller.cmd.main import App
 
