@@ -191,32 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if opts.leader_elect:
-        identity = opts.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        # every request names this replica (audit logs tell replicas apart)
-        app.client.user_agent = f"{app.client.user_agent}/{identity}"
-        elector = LeaderElector(
-            # its own pool and rate limiter: a renewal never queues behind reconcile traffic
-            RESTClient(
-                load_config(opts.kubeconfig), pool_size=2, metrics=metrics, user_agent=app.client.user_agent
-            ),
-            LeaderElectionConfig(
-                lease_name="torchrun-controller",
-                namespace=opts.leader_elect_namespace or current_namespace(opts.kubeconfig),
-                identity=identity,
-                lease_duration=opts.lease_duration,
-                renew_deadline=opts.renew_deadline,
-                retry_period=opts.retry_period,
-                on_started_leading=lambda: _run_or_stop(app, stop, failed),
-                on_stopped_leading=lambda: None if released.is_set() else _exit_lost_lease(),
-            ),
-            metrics,
-        )
-        # no write leaves this process unless the Lease is provably still ours
-        app.client.write_fence = elector.may_write
-        elector_thread = threading.Thread(
-            target=elector.run, args=(released,), name="leader-election", daemon=True
-        )
-        elector_thread.start()
+        elector, elector_thread = _start_leader_election(app, opts, metrics, stop, failed, released)
     else:
         threading.Thread(target=_run_or_stop, args=(app, stop, failed), name="startup", daemon=True).start()
     stop.wait()
@@ -233,6 +208,42 @@ def main(argv: list[str] | None = None) -> int:
     for s in servers:
         s.shutdown()
     return 1 if failed.is_set() else 0
+
+
+def _start_leader_election(
+    app: App,
+    opts: ControllerOptions,
+    metrics: ControllerMetrics,
+    stop: threading.Event,
+    failed: threading.Event,
+    released: threading.Event,
+) -> tuple[LeaderElector, threading.Thread]:
+    """Campaign for the Lease in a thread: the controllers run while this replica leads, and no
+    write leaves the process unless the Lease is provably still ours (the write fence)."""
+    identity = opts.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    # every request names this replica (audit logs tell replicas apart)
+    app.client.user_agent = f"{app.client.user_agent}/{identity}"
+    elector = LeaderElector(
+        # its own pool and rate limiter: a renewal never queues behind reconcile traffic
+        RESTClient(
+            load_config(opts.kubeconfig), pool_size=2, metrics=metrics, user_agent=app.client.user_agent
+        ),
+        LeaderElectionConfig(
+            lease_name="torchrun-controller",
+            namespace=opts.leader_elect_namespace or current_namespace(opts.kubeconfig),
+            identity=identity,
+            lease_duration=opts.lease_duration,
+            renew_deadline=opts.renew_deadline,
+            retry_period=opts.retry_period,
+            on_started_leading=lambda: _run_or_stop(app, stop, failed),
+            on_stopped_leading=lambda: None if released.is_set() else _exit_lost_lease(),
+        ),
+        metrics,
+    )
+    app.client.write_fence = elector.may_write
+    thread = threading.Thread(target=elector.run, args=(released,), name="leader-election", daemon=True)
+    thread.start()
+    return elector, thread
 
 
 def _fail_start_up(message: str) -> None:
