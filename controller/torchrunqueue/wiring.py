@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNJOBS, TORCHRUNQUEUES, job_queue_index
 from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
+from controller.meta import Obj
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.discovery import Discovery
@@ -23,7 +23,6 @@ from controller.torchrunqueue.controller import TorchrunQueueReconciler
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 
-Obj = Mapping[str, Any]
 NAME = "torchrunqueue"
 COUNTS_DELAY = 2.0  # seconds; a queue's job counts lag its jobs by at most this
 
