@@ -28,7 +28,7 @@ from kubernetes import config as _k8s_config
 from kubernetes.client.rest import RESTClientObject
 
 from controller.plugin.errors import ApiError, PluginError
-from controller.rest.client import request_headers
+from controller.rest.request import request_headers
 
 USER_AGENT = "kubectl-torchrun"
 

@@ -1,104 +1,43 @@
-"""RESTClient: raw-JSON Kubernetes API calls over one urllib3 pool.
+"""RESTClient: the Kubernetes API verbs, raw JSON in and out.
 
-Hot paths (informers, reconcilers) get and send `dict`s decoded straight from the response bytes.
-Each call: waits for the client-side token bucket (QPS/burst), sends with a connect+read timeout,
-retries what is safe to retry (below) with tenacity, and records
-`rest_client_requests_total{verb,resource,code}` and its latency.
+Each verb turns its arguments into one `Request` value — path from the `Resource`, query,
+body, content type, field manager — and hands it to the sender (`request.py`): rate limit,
+write fence, timeout, retry policy and metrics are the same for every verb and decided there;
+`watch` opens a `WatchStream` (`watch.py`). Hot paths (informers, reconcilers) get and send
+`dict`s decoded straight from the response bytes.
 
-What is retried (`is_retryable`, mirroring client-go's rest/request.go `request` and
-with_retry.go `IsNextRetry`/`checkWait`):
-- 429 or 5xx *with* a Retry-After header, for any verb, after that many seconds (capped at 30):
-  the server itself asks us to come back (API Priority and Fairness rejects with 429 before
-  handling; a 5xx with Retry-After is the server vouching that a retry is fine), as in client-go.
-- Reads (GET) only: connection errors (refused, reset, closed mid-response) and 5xx without
-  Retry-After (not 501), after a short jittered exponential delay. client-go retries neither
-  without Retry-After except resets/EOF on GET; a GET is idempotent, so retrying it is harmless.
-- Nothing else. A write (POST/PUT/PATCH/DELETE) that met a connection error, or a 5xx/429
-  without Retry-After, may have reached the server and been applied; it is never sent again here:
-  the error goes to the caller, whose reconcile re-reads and decides (a rate-limited requeue).
-  Read timeouts are not retried either: the attempt already used its whole time budget.
-With a `write_fence` (leader election), every write asks it right before it would be sent and,
-refused, raises `LeadershipLostError` having sent nothing: a replica that lost the Lease cannot write.
-Watches stream newline-delimited JSON events; they are not retried here (the reflector owns
-that decision) but still pass through the rate limiter and metrics.
+Guarantees: a verb sends exactly the request its arguments describe (writes carry
+`fieldManager`, deletes a `DeleteOptions` body); it returns the server's answer decoded, or
+raises (`ApiError` for an error status, `LeadershipLostError` when the fence refused a write, a
+urllib3/OS error when no answer came after the retries the request policy allows).
 """
 
 from __future__ import annotations
 
-import json
-import random
-import socket
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, cast
-from urllib.parse import urlencode
+from collections.abc import Callable
+from typing import Any
 
-import urllib3
 from kubernetes import client as k8s_client
-from kubernetes.client.rest import RESTClientObject
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from controller.flowcontrol import TokenBucket
 from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
-from controller.rest.errors import ApiError, LeadershipLostError
+from controller.rest.request import Request, RequestSender, is_retryable
+from controller.rest.watch import WATCH_READ_TIMEOUT, WatchEvent, WatchStream, open_watch
+
+__all__ = ["FIELD_MANAGER", "RESTClient", "WatchEvent", "WatchStream", "is_retryable"]
 
 FIELD_MANAGER = "torchrun-controller"
-# How long a watch connection may stay silent before we drop it and watch again. client-go
-# notices dead connections with HTTP/2 pings (30 s idle + 15 s ping timeout); over HTTP/1.1 only
-# a read timeout can. Silence alone is not proof of death: kube-apiserver bookmarks a watch about
-# once a minute only while its watch cache moves past the watch's resourceVersion (any change to
-# that resource type in the cluster; apiserver cache_watcher.go `process`), so a watch on an idle
-# resource type can stay silent until etcd's progress notification (10 min by default). Hence
-# silence ends the watch normally and the caller resumes it at once from its last resourceVersion;
-# a dead connection then shows up as the resumed watch failing.
-WATCH_READ_TIMEOUT = 120.0
-
-_PATCH_TYPES = {
+PATCH_TYPES = {
     "merge": "application/merge-patch+json",
     "strategic": "application/strategic-merge-patch+json",
     "json": "application/json-patch+json",
     "apply": "application/apply-patch+yaml",
 }
-_CONNECTION_ERRORS = (
-    urllib3.exceptions.ProtocolError,
-    urllib3.exceptions.NewConnectionError,
-    urllib3.exceptions.ConnectTimeoutError,
-    urllib3.exceptions.MaxRetryError,
-    ConnectionError,
-)
 
 
-@dataclass(frozen=True)
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
-    object: dict[str, Any]
+class RESTClient(RequestSender):
+    """The verbs over one sender (its pool, rate limiter, fence and metrics); module docstring."""
 
-
-def is_retryable(method: str, exc: BaseException) -> bool:
-    """May a request with this HTTP method that failed with `exc` be sent again? (module doc)"""
-    if isinstance(exc, ApiError):
-        if exc.retry_after is not None and (exc.status == 429 or exc.status >= 500):
-            return True
-        return method == "GET" and exc.status >= 500 and exc.status != 501
-    return method == "GET" and isinstance(exc, _CONNECTION_ERRORS)
-
-
-def request_headers(configuration: Any, user_agent: str, content_type: str | None) -> dict[str, str]:
-    """JSON headers with the configuration's credentials (bearer token, API key), fresh per call
-    because an exec or refresh credential plugin may rotate them."""
-    headers = {"Accept": "application/json", "User-Agent": user_agent}
-    if content_type:
-        headers["Content-Type"] = content_type
-    settings = cast(dict[str, dict[str, Any]], configuration.auth_settings())
-    for auth in settings.values():
-        if auth.get("value"):
-            headers[str(auth["key"])] = str(auth["value"])
-    return headers
-
-
-class RESTClient:
     def __init__(
         self,
         configuration: k8s_client.Configuration,
@@ -113,77 +52,18 @@ class RESTClient:
         write_fence: Callable[[], bool] | None = None,
         watch_read_timeout: float = WATCH_READ_TIMEOUT,
     ) -> None:
-        configuration.connection_pool_maxsize = pool_size
-        self.configuration = configuration
-        self.host = configuration.host.rstrip("/")
-        self._pool = RESTClientObject(configuration).pool_manager
-        self._limiter = TokenBucket(qps, burst)
-        self.timeout = timeout
+        super().__init__(
+            configuration,
+            qps=qps,
+            burst=burst,
+            pool_size=pool_size,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            metrics=metrics,
+            user_agent=user_agent,
+            write_fence=write_fence,
+        )
         self.watch_read_timeout = watch_read_timeout
-        self.max_attempts = max_attempts
-        self.metrics = metrics or ControllerMetrics()
-        self.user_agent = user_agent
-        # asked right before each write is sent; False means "not the leader": send nothing
-        self.write_fence = write_fence
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def _send(
-        self,
-        verb: str,
-        method: str,
-        path: str,
-        resource: str,
-        *,
-        params: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        stream: bool = False,
-        read_timeout: float | None = None,
-        timeout: float | None = None,
-        fenced: bool = True,
-    ) -> urllib3.BaseHTTPResponse:
-        waited = self._limiter.accept()
-        self.metrics.rest_rate_limiter_wait.labels(verb).observe(waited)
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        url = self.host + path + ("?" + urlencode(query) if query else "")
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        if data is not None and content_type is None:
-            content_type = "application/json"
-        if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
-            raise LeadershipLostError(verb, path)
-        started = time.perf_counter()
-        code = "<error>"
-        try:
-            resp = self._pool.request(
-                method,
-                url,
-                body=data,
-                headers=request_headers(self.configuration, self.user_agent, content_type),
-                timeout=urllib3.Timeout(total=timeout)
-                if timeout is not None
-                else urllib3.Timeout(connect=10.0, read=read_timeout or self.timeout),
-                preload_content=not stream,
-                retries=False,
-            )
-            code = str(resp.status)
-        finally:
-            self.metrics.rest_requests.labels(verb, resource, code).inc()
-            self.metrics.rest_latency.labels(verb, resource).observe(time.perf_counter() - started)
-        if resp.status >= 400:
-            payload = resp.read() if stream else resp.data
-            if stream:
-                resp.release_conn()
-            hint = resp.headers.get("Retry-After")  # seconds only, as client-go parses it
-            retry_after = float(hint) if hint and hint.isdigit() else None
-            raise ApiError(resp.status, payload, verb, path, retry_after=retry_after)
-        return resp
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, ApiError) and exc.retry_after is not None:
-            return min(exc.retry_after, 30.0)
-        return float(min(5.0, 0.1 * 2 ** (state.attempt_number - 1)) * (1 + random.random()))
 
     def request(
         self,
@@ -205,34 +85,8 @@ class RESTClient:
         each try as a whole, connect included; `fenced=False` bypasses the write fence (only for
         the leader elector's own Lease writes).
         """
-
-        def attempt_log(state: RetryCallState) -> None:
-            self.metrics.rest_retries.labels(verb, resource).inc()
-
-        for attempt in Retrying(
-            retry=retry_if_exception(lambda exc: is_retryable(method, exc)),
-            stop=stop_after_attempt(attempts or self.max_attempts),
-            wait=self._wait,
-            before_sleep=attempt_log,
-            reraise=True,
-        ):
-            with attempt:
-                resp = self._send(
-                    verb,
-                    method,
-                    path,
-                    resource,
-                    params=params,
-                    body=body,
-                    content_type=content_type,
-                    timeout=timeout,
-                    fenced=fenced,
-                )
-        payload = resp.data
-        out: dict[str, Any] = json.loads(payload) if payload else {}
-        return out
-
-    # -- verbs ------------------------------------------------------------------------------
+        req = Request(verb, method, path, resource, params, body, content_type, attempts, timeout, fenced)
+        return self.do(req)
 
     def get(
         self,
@@ -343,7 +197,7 @@ class RESTClient:
             res.key,
             params=params,
             body=patch,
-            content_type=_PATCH_TYPES[patch_type],
+            content_type=PATCH_TYPES[patch_type],
         )
 
     def apply(
@@ -416,7 +270,8 @@ class RESTClient:
         `timeout_seconds` is the server's: it ends the watch normally. Independently, a response
         not started within `watch_read_timeout` raises `ReadTimeoutError`, and a stream silent for
         that long (no event, no bookmark) ends with `WatchStream.timed_out` set (see
-        WATCH_READ_TIMEOUT), so a dead connection cannot hang a watch for the server's timeout.
+        `watch.WATCH_READ_TIMEOUT`), so a dead connection cannot hang a watch for the server's
+        timeout.
         """
         params = {
             "watch": "true",
@@ -426,59 +281,5 @@ class RESTClient:
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
         }
-        resp = self._send(
-            "watch",
-            "GET",
-            res.path(namespace),
-            res.key,
-            params=params,
-            stream=True,
-            read_timeout=self.watch_read_timeout,
-        )
-        return WatchStream(resp)
-
-
-class WatchStream:
-    """Newline-delimited watch events from one streaming response. Iteration ends when the server
-    ends the watch, after `stop()`, or when the connection was silent for the read timeout
-    (`timed_out` is then True); other failures raise."""
-
-    def __init__(self, resp: urllib3.BaseHTTPResponse) -> None:
-        self._resp = resp
-        self._stopped = False
-        self.timed_out = False
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        buf = b""
-        try:
-            for chunk in self._resp.stream(65536, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        ev = json.loads(line)
-                        yield WatchEvent(ev["type"], ev["object"])
-        except urllib3.exceptions.ReadTimeoutError:
-            self.timed_out = True
-        except (urllib3.exceptions.HTTPError, OSError, ValueError):
-            if not self._stopped:
-                raise
-        finally:
-            self.close()
-
-    def stop(self) -> None:
-        """Interrupt a blocked read from another thread; iteration then ends quietly."""
-        self._stopped = True
-        # shutting the socket down wakes a thread blocked in recv() at once (TLS included)
-        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-            else:
-                self._resp.shutdown()
-        except (ValueError, OSError, AttributeError):  # already closed: nothing to interrupt
-            pass
-
-    def close(self) -> None:
-        self._resp.close()
-        self._resp.release_conn()
+        req = Request("watch", "GET", res.path(namespace), res.key, params=params)
+        return open_watch(self, req, self.watch_read_timeout)
