@@ -1,9 +1,10 @@
 """`kubectl-torchrun`: the command line (kubectl finds it on PATH as `kubectl torchrun`).
 
 `main(argv)` parses, runs one command and returns its exit code; it never lets a traceback
-reach the user: a `PluginError` is printed as `error: <message>` with its code, Ctrl-C is
-`error: interrupted` (130), and any other exception (a bug) is one `error: internal error` line
-(set `KUBECTL_TORCHRUN_DEBUG=1` to see the traceback). kubectl's connection flags
+reach the user: a mistyped flag or a bad value is one `error: --flag: ...` line (exit 2; the
+usage only with `--help`, see `flags`), a `PluginError` is printed as `error: <message>` with
+its code, Ctrl-C is `error: interrupted` (130), and any other exception (a bug) is one
+`error: internal error` line (set `KUBECTL_TORCHRUN_DEBUG=1` to see the traceback). kubectl's connection flags
 (`--kubeconfig`, `--context`, `-n/--namespace`) are accepted before or after the command name.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from controller.plugin import commands
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
+from controller.plugin.flags import EXIT_CODE, FlagError, Parser, at_least, parse
 from controller.plugin.hotreload import sync
 from controller.plugin.kube import Kube, load_target
 from controller.plugin.manifest import SubmitSpec, command_text, parse_env
@@ -37,21 +39,12 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _add_submit(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
+def _add_submit(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
     p = sub.add_parser("submit", parents=[common], help="run the current directory as a job")
     p.add_argument("--queue", required=True, help="TorchrunQueue to run on")
     size = p.add_mutually_exclusive_group(required=True)
-    size.add_argument("--nodes", type=_positive, help="nodes (pods) of the queue's shape")
-    size.add_argument("--gpus", type=_positive, help="total GPUs (whole nodes, or part of one)")
+    size.add_argument("--nodes", type=at_least(1), help="nodes (pods) of the queue's shape")
+    size.add_argument("--gpus", type=at_least(1), help="total GPUs (whole nodes, or part of one)")
     p.add_argument("--name", help="job name (default: the directory's name plus a random suffix)")
     p.add_argument(
         "--env",
@@ -72,11 +65,9 @@ def _add_submit(
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; see `kubectl torchrun --help`."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _connection_flags(common)
-    parser = argparse.ArgumentParser(
-        prog=PROG, parents=[common], description="Run torchrun jobs from your directory."
-    )
+    parser = Parser(prog=PROG, parents=[common], description="Run torchrun jobs from your directory.")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     _add_submit(sub, common)
     p = sub.add_parser("list", parents=[common], help="jobs: queue, nodes, GPUs, phase, restarts, age")
@@ -85,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logs", parents=[common], help="worker logs (rank 0 by default)")
     p.add_argument("name")
     ranks = p.add_mutually_exclusive_group()
-    ranks.add_argument("--rank", type=int, help="node rank to show (default 0)")
+    ranks.add_argument("--rank", type=at_least(0), help="node rank to show (default 0)")
     ranks.add_argument("--all", action="store_true", help="every rank, lines prefixed [rank N]")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
     p.add_argument("-p", "--previous", action="store_true", help="the previous container's logs")
@@ -145,7 +136,11 @@ def run(args: argparse.Namespace, console: Console, cwd: Path) -> int:
 def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
     """The console script: parse, run, and turn every failure into one line and an exit code."""
     console = console or Console()
-    args = build_parser().parse_args(argv)
+    try:
+        args = parse(build_parser(), argv)
+    except FlagError as exc:
+        console.say(f"error: {exc}")
+        return EXIT_CODE
     try:
         return run(args, console, Path.cwd())
     except PluginError as exc:

@@ -1,5 +1,6 @@
 """The plugin without a cluster: argument parsing, kubeconfig resolution, one-line errors, the
-exec status channel, log prefixing and what `list`/`status` print."""
+exec status channel, log prefixing and what `list`/`status` print. Flag errors in detail:
+test_plugin_flags.py."""
 
 from __future__ import annotations
 
@@ -61,17 +62,15 @@ def closed_port() -> int:
 
 
 def test_submit_needs_a_queue_and_exactly_one_size(capsys: pytest.CaptureFixture[str]) -> None:
-    parser = build_parser()
     for argv in (
         ["submit", "--nodes", "1", "x"],
         ["submit", "--queue", "q", "x"],
         ["submit", "--queue", "q", "--nodes", "1", "--gpus", "8", "x"],
         ["submit", "--queue", "q", "--nodes", "0", "x"],
     ):
-        with pytest.raises(SystemExit) as exc:
-            parser.parse_args(argv)
-        assert exc.value.code == 2
-    assert "error:" in capsys.readouterr().err
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --") and err.count("\n") == 1
 
 
 def test_connection_flags_before_or_after_the_command() -> None:
