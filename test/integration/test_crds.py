@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -263,57 +263,6 @@ def test_status_is_a_subresource(crds: Cluster, namespace: str) -> None:
     assert "status" not in crds.get("tj", "status-ignored", "-n", namespace)
 
 
-def test_job_queue_is_immutable(crds: Cluster, namespace: str) -> None:
-    crds.apply(job_manifest("pinned"), namespace=namespace)
-    proc = crds.kubectl(
-        "patch",
-        "tj",
-        "pinned",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"jobQueue":"other"}}',
-        check=False,
-    )
-    assert proc.returncode != 0
-    assert "spec.jobQueue: Forbidden: jobQueue is immutable" in proc.stderr
-
-
-@pytest.mark.parametrize(
-    "start, patch",
-    [
-        ({"numNodes": 2}, {"numNodes": 3}),
-        ({"numGPUs": 8}, {"numGPUs": 16}),
-        ({"numGPUs": 8}, {"numGPUs": None, "numNodes": 1}),  # switching how the size is given
-    ],
-)
-def test_the_size_is_immutable(
-    crds: Cluster, namespace: str, start: dict[str, Any], patch: dict[str, Any]
-) -> None:
-    """A running job's size is in every node's launch (--nnodes, WORLD_SIZE): a half-applied change
-    (Job parallelism moved, launch unchanged) is impossible because the API refuses the change."""
-    manifest = job_manifest("sized", **start)
-    if "numGPUs" in start:
-        manifest["spec"].pop("numNodes", None)
-    crds.apply(manifest, namespace=namespace)
-    proc = crds.kubectl(
-        "patch",
-        "tj",
-        "sized",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": patch}),
-        check=False,
-    )
-    assert proc.returncode != 0
-    assert "spec.numNodes: Forbidden: numNodes and numGPUs are immutable" in proc.stderr
-    # other fields stay editable
-    crds.kubectl("patch", "tj", "sized", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-
-
 # --- invalid manifests: each rejected at admission with a message naming the field ---------------
 
 
@@ -445,6 +394,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     ("job-pvc-missing", job_manifest(workspace={"source": "pvc"}), ["spec.workspace.pvc: Required value"]),
     (
+        "job-s3-missing",
+        job_manifest(workspace={"source": "s3"}),
+        ["spec.workspace.s3: Required value: source s3 needs workspace.s3"],
+    ),
+    (
+        "job-s3-stray",
+        job_manifest(workspace={"s3": {"uri": "s3://bucket/code.tar.gz"}}),
+        ["spec.workspace.s3: Forbidden: workspace.s3 is only allowed with source s3"],
+    ),
+    (
         "job-bad-source",
         job_manifest(workspace={"source": "ftp"}),
         ['spec.workspace.source: Unsupported value: "ftp"'],
@@ -532,6 +491,13 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.overrides.tolerations[0].value: Forbidden: value must be empty when operator is Exists"],
     ),
     (
+        "job-toleration-seconds",
+        job_manifest(
+            overrides={"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 30}]}
+        ),
+        ["spec.overrides.tolerations[0].tolerationSeconds: Forbidden: tolerationSeconds is only allowed"],
+    ),
+    (
         "job-override-empty-image",
         job_manifest(overrides={"image": ""}),
         ["spec.overrides.image", "at least 1 chars long"],
@@ -575,6 +541,11 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.parentKaiQueue: Forbidden"],
     ),
     (
+        "queue-quota-without-kai",
+        queue_manifest(quota={"gpu": {"quota": 8}}),
+        ["spec.quota: Forbidden: quota is only allowed with scheduling.scheduler kai-scheduler"],
+    ),
+    (
         "queue-kueue-without-kueue",
         queue_manifest(scheduling={"scheduler": "kai-scheduler"}, kueueLocalQueue="lq"),
         ["spec.kueueLocalQueue: Forbidden: kueueLocalQueue is only allowed with scheduling.scheduler kueue"],
@@ -583,6 +554,13 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         "queue-limit-below-quota",
         queue_manifest(scheduling={"scheduler": "kai-scheduler"}, quota={"gpu": {"quota": 16, "limit": "8"}}),
         ["spec.quota.gpu.limit", "limit must be greater than or equal to quota"],
+    ),
+    (
+        "queue-cpu-limit-below-quota",
+        queue_manifest(
+            scheduling={"scheduler": "kai-scheduler"}, quota={"cpu": {"quota": 64, "limit": "32"}}
+        ),
+        ["spec.quota.cpu.limit", "limit must be greater than or equal to quota"],
     ),
     (
         "queue-memory-limit-below-quota",
@@ -629,6 +607,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.scheduling.tolerations[0].tolerationSeconds: Forbidden: tolerationSeconds is only allowed"],
     ),
     (
+        "queue-env-both",
+        queue_manifest(env=[ENV_BOTH]),
+        ["spec.env[0]: Forbidden: value and valueFrom are mutually exclusive"],
+    ),
+    (
+        "queue-toleration-exists-value",
+        queue_manifest(scheduling={"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}),
+        ["spec.scheduling.tolerations[0].value: Forbidden: value must be empty when operator is Exists"],
+    ),
+    (
         "queue-env-name",
         queue_manifest(env=[{"name": "A=B", "value": "1"}]),
         ["spec.env[0].name", "should match"],
@@ -642,21 +630,133 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-def test_the_invalid_table_is_big_enough() -> None:
-    kinds = {manifest["kind"] for _, manifest, _ in INVALID}
-    assert len(INVALID) >= 25
-    assert kinds == {"TorchrunJob", "TorchrunQueue"}
+# --- changes refused by the CRDs' transition rules (oldSelf): each a job created, then patched -----
+
+# (case, the job as created, the spec patch refused, what the refusal says)
+TRANSITIONS: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
+    (
+        "queue-immutable",
+        job_manifest("queue-immutable"),
+        {"jobQueue": "other"},
+        ["spec.jobQueue: Forbidden: jobQueue is immutable"],
+    ),
+    # a running job's size is in every node's launch (--nnodes, WORLD_SIZE): a half-applied change
+    # (Job parallelism moved, launch unchanged) is impossible because the API refuses the change
+    (
+        "nodes-immutable",
+        job_manifest("nodes-immutable", numNodes=2),
+        {"numNodes": 3},
+        ["spec.numNodes: Forbidden: numNodes and numGPUs are immutable"],
+    ),
+    (
+        "gpus-immutable",
+        job_manifest("gpus-immutable", numNodes=None, numGPUs=8),
+        {"numGPUs": 16},
+        ["spec.numNodes: Forbidden: numNodes and numGPUs are immutable"],
+    ),
+    (
+        "size-respelled",  # switching how the size is given
+        job_manifest("size-respelled", numNodes=None, numGPUs=8),
+        {"numGPUs": None, "numNodes": 1},
+        ["spec.numNodes: Forbidden: numNodes and numGPUs are immutable"],
+    ),
+    (
+        "generation-shrinks",
+        job_manifest("generation-shrinks", workspace={"generation": 2}),
+        {"workspace": {"generation": 1}},
+        ["spec.workspace.generation", "workspace.generation may only grow"],
+    ),
+]
+
+
+class Answer(NamedTuple):
+    refusal: str  # kubectl's stderr, "" when the request was accepted
+    then_editable: bool = True  # a transition case: another field could still be changed after
+
+
+@pytest.fixture(scope="module")
+def answers(crds: Cluster) -> Iterator[dict[str, Answer]]:
+    """The API server's answer to every INVALID case (a server-side dry-run create) and every
+    TRANSITIONS case (a create, the refused patch, then a patch of `suspend`), asked once in a
+    namespace of their own."""
+    ns = f"t-rules-{uuid.uuid4().hex[:6]}"
+    crds.kubectl("create", "namespace", ns)
+    out: dict[str, Answer] = {}
+    try:
+        for case, manifest, _ in INVALID:
+            proc = crds.kubectl(
+                "create", "--dry-run=server", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest), check=False
+            )
+            out[case] = Answer(proc.stderr if proc.returncode else "")
+        for case, manifest, patch, _ in TRANSITIONS:
+            crds.apply(manifest, namespace=ns)
+            name = manifest["metadata"]["name"]
+            refused = crds.kubectl(
+                "patch", "tj", name, "-n", ns, "--type=merge", "-p", json.dumps({"spec": patch}), check=False
+            )
+            suspend = crds.kubectl(
+                "patch", "tj", name, "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}', check=False
+            )
+            out[case] = Answer(refused.stderr if refused.returncode else "", suspend.returncode == 0)
+        yield out
+    finally:
+        crds.delete_namespace(ns)
+
+
+def rules(crd: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every x-kubernetes-validations rule of a CRD with the field path the API server reports its
+    refusal at (`spec.overrides.env[*]` for a list's items; "" for the object itself)."""
+
+    def walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        for rule in node.get("x-kubernetes-validations", []):
+            yield path + rule.get("fieldPath", ""), rule
+        for key, sub in node.get("properties", {}).items():
+            yield from walk(sub, f"{path}.{key}" if path else key)
+        for sub in (node.get("items"), node.get("additionalProperties")):
+            if isinstance(sub, dict):
+                yield from walk(sub, f"{path}[*]")
+
+    return [
+        found
+        for version in crd["spec"]["versions"]
+        for found in walk(version["schema"]["openAPIV3Schema"], "")
+    ]
+
+
+def test_every_validation_rule_of_the_crds_refuses_one_of_the_cases(answers: dict[str, Answer]) -> None:
+    """Each CEL rule of crd/ (its message, at its field) is in the API server's refusal of at
+    least one INVALID or TRANSITIONS case: a rule nobody breaks on purpose is a rule nobody knows
+    works, and a rule added without a case fails here."""
+    refusals = "\n".join(a.refusal for a in answers.values())
+    untested = []
+    for path in sorted((REPO / "crd").glob("*.yaml")):
+        for field, rule in rules(yaml.safe_load(path.read_text())):
+            at = re.escape(field).replace(r"\[\*\]", r"\[\d+\]") + ": " if field else ""
+            if not re.search(at + r"[^\n]*" + re.escape(rule["message"][:50]), refusals):
+                untested.append(f"{path.name}: {field or '<object>'}: {rule['message']}")
+    assert not untested, "rules no case breaks:\n" + "\n".join(untested)
 
 
 @pytest.mark.parametrize(
-    ("manifest", "expected"), [(m, e) for _, m, e in INVALID], ids=[c for c, _, _ in INVALID]
+    ("case", "expected"), [(c, e) for c, _, _, e in TRANSITIONS], ids=[c for c, *_ in TRANSITIONS]
+)
+def test_a_transition_rule_refuses_the_change_and_leaves_other_fields_editable(
+    answers: dict[str, Answer], case: str, expected: list[str]
+) -> None:
+    answer = answers[case]
+    assert answer.refusal, "accepted"
+    for fragment in expected:
+        assert fragment in answer.refusal, f"{fragment!r} not in {answer.refusal!r}"
+    assert answer.then_editable, "spec.suspend could not be changed after"
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"), [(c, e) for c, _, e in INVALID], ids=[c for c, _, _ in INVALID]
 )
 def test_invalid_manifest_is_rejected_naming_the_field(
-    crds: Cluster, namespace: str, manifest: dict[str, Any], expected: list[str]
+    answers: dict[str, Answer], case: str, expected: list[str]
 ) -> None:
-    proc = crds.kubectl(
-        "create", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
-    )
-    assert proc.returncode != 0, f"accepted: {yaml.safe_dump(manifest)}"
+    refusal = answers[case].refusal
+    assert refusal, f"accepted: {case}"
     for fragment in expected:
-        assert fragment in proc.stderr, f"{fragment!r} not in {proc.stderr!r}"
+        assert fragment in refusal, f"{fragment!r} not in {refusal!r}"
