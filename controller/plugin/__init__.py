@@ -3,10 +3,14 @@
 Layout, one concept per module:
   * packing, pure: `ignore` (.gitignore/.torchrunignore rules), `secretfiles` (what looks like a
     credential), `pack` (scan a project, refusals), `archive` (the deterministic tar.gz + SHA-256);
-  * the API: `kube` (kubeconfig like kubectl, raw JSON calls, one-line errors), `objects` (jobs,
+  * the API: `kube` (kubeconfig like kubectl; the controller's `RESTClient`), `objects` (jobs,
     queues, pods, events), `upload` (`receive` over pods/exec), `watch` (waiting on conditions),
     `logs` (per rank, followed across pod replacements);
   * the commands: `submit`, `hotreload` (`sync`), `commands` (list, status, logs, suspend, resume,
-    delete), built from `manifest`, `views` and `workspace`; `main` is the console script.
-It imports the API types and nothing of the controller itself (the import contract's top layer).
+    delete), built from `manifest`, `views` and `workspace`; `main` is the console script, `flags`
+    turns its command-line mistakes into one line, `errors` every other failure.
+The vocabulary is the controller's, never restated: paths from `meta.Resource` and the
+`Resource`s of `api.resources`/`rest.resources`, the job read through `api.TorchrunJob`, error
+Statuses as `rest.errors.ApiError`, the sync program's argv and names from `sync.protocol`. It
+imports no controller logic (the import contract's top layer).
 """

@@ -22,9 +22,9 @@ from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_job, get_pod, patch_job
-from controller.plugin.upload import sync_pod_name
 from controller.plugin.watch import pod_ended, wait
 from controller.plugin.workspace import packed, send_generation, wanted_generation, workspace_source
+from controller.sync.protocol import sync_pod_name
 
 
 def _published(job: JSON) -> tuple[int, str | None]:

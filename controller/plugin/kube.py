@@ -1,22 +1,20 @@
-"""The plugin's way to the API server: kubeconfig read like kubectl, raw JSON calls, one-line errors.
+"""The plugin's way to the API server: kubeconfig read like kubectl, the controller's REST client.
 
-`connect(kubeconfig, context, namespace)` resolves the configuration as kubectl does: the
+`load_target(kubeconfig, context, namespace)` resolves the configuration as kubectl does: the
 `--kubeconfig` file, else every file of `KUBECONFIG` (merged, missing ones skipped), else
 `~/.kube/config`; the `--context` or the current context; the namespace from `-n`, else the
 context's, else `default`. The `kubernetes` package's loader does the reading (auth plugins,
 client certificates, tokens), so the plugin authenticates exactly like the official client.
 
-`Kube` sends raw JSON requests over the urllib3 pool that package builds for the configuration:
-no generated model classes, so what the server sends is what the commands read, and a failure is
-always an `ApiError` (an error Status, with the server's own message; a 422 quotes every field
-cause) or a `PluginError` saying the server cannot be reached. Nothing here retries writes.
+`Kube` is the controller's `RESTClient` (paths from `Resource`, raw JSON, the server's `Status`
+as `rest.errors.ApiError`) for that namespace, with the plugin's own choices: one attempt per
+call (a short-lived command fails fast and says so; nothing is ever sent twice), and a server
+that cannot be reached is a one-line `PluginError`, not a urllib3 exception.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,16 +23,16 @@ import urllib3
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as _k8s_config
-from kubernetes.client.rest import RESTClientObject
 
-from controller.plugin.errors import ApiError, PluginError
-from controller.rest.request import request_headers
+from controller.meta import Resource
+from controller.plugin.errors import PluginError
+from controller.rest.client import RESTClient
+from controller.rest.request import Request
 
 USER_AGENT = "kubectl-torchrun"
 
 DEFAULT_KUBECONFIG = os.path.join("~", ".kube", "config")
 REQUEST_TIMEOUT = 30.0
-MERGE_PATCH = "application/merge-patch+json"
 k8s_config: Any = _k8s_config  # an untyped package
 _UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 
@@ -107,86 +105,41 @@ def load_target(
         )
     except k8s_config.ConfigException as exc:
         raise PluginError(f"invalid kubeconfig ({config_file}): {exc}") from None
-    configuration.retries = 1  # fail fast on an unreachable server: one line, not a minute of retries
     return Target(configuration=configuration, namespace=ns)
 
 
-def status_message(status: int, body: bytes) -> tuple[str, str]:
-    """`(reason, message)` of an error response: the Status's own words; a 422 lists each
-    field cause as `field: message` (what the user has to fix)."""
-    try:
-        st = json.loads(body)
-    except ValueError:
-        st = None
-    if not isinstance(st, dict):
-        text = body.decode("utf-8", "replace").strip()
-        return "", text or f"the API server answered HTTP {status}"
-    reason = str(st.get("reason") or "")
-    causes = (st.get("details") or {}).get("causes") or []
-    if status == 422 and causes:
-        fields = "; ".join(f"{c.get('field') or '(object)'}: {c.get('message', '')}".strip() for c in causes)
-        return reason, f"the API server refused it: {fields}"
-    return reason, str(st.get("message") or f"the API server answered HTTP {status}")
-
-
-class Kube:
-    """Raw JSON requests to one API server for one namespace; see the module docstring."""
+class Kube(RESTClient):
+    """The controller's `RESTClient` for one namespace, as the plugin uses it: each call is one
+    attempt, and an API server that cannot be reached is a one-line `PluginError`."""
 
     def __init__(self, target: Target) -> None:
-        self.configuration = target.configuration
+        configuration = target.configuration
+        super().__init__(
+            configuration,
+            pool_size=configuration.connection_pool_maxsize,  # the `kubernetes` package's: a stream per rank
+            timeout=REQUEST_TIMEOUT,
+            max_attempts=1,
+            user_agent=USER_AGENT,
+        )
         self.namespace = target.namespace
         self.server = str(target.configuration.host)
-        self._pool = RESTClientObject(target.configuration).pool_manager
 
-    def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
-        return self.server + path + (("?" + urllib.parse.urlencode(query)) if query else "")
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        body: Any,
-        query: Sequence[tuple[str, str]],
-        content_type: str | None,
-        stream: bool,
-    ) -> urllib3.BaseHTTPResponse:
-        data = None if body is None else json.dumps(body).encode()
+    def send(self, req: Request, *, stream: bool, read_timeout: float | None) -> urllib3.BaseHTTPResponse:
         try:
-            resp = self._pool.request(
-                method,
-                self.url(path, query),
-                body=data,
-                headers=request_headers(
-                    self.configuration, USER_AGENT, content_type or ("application/json" if data else None)
-                ),
-                preload_content=not stream,
-                timeout=urllib3.Timeout(connect=10.0, read=None if stream else REQUEST_TIMEOUT),
-            )
+            return super().send(req, stream=stream, read_timeout=read_timeout)
         except _UNREACHABLE as exc:
             raise PluginError(f"cannot reach the API server at {self.server}: {_reason(exc)}") from None
-        if resp.status >= 400:
-            payload = resp.data if not stream else resp.read()
-            reason, message = status_message(resp.status, payload)
-            raise ApiError(resp.status, reason, message)
-        return resp
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: Sequence[tuple[str, str]] = (),
-        content_type: str | None = None,
-    ) -> Any:
-        """One call; the decoded JSON answer. Raises `ApiError` or `PluginError` (unreachable)."""
-        resp = self._send(method, path, body, query, content_type, stream=False)
-        return json.loads(resp.data) if resp.data else None
-
-    def open_lines(self, path: str, query: Sequence[tuple[str, str]] = ()) -> Iterator[bytes]:
-        """Start a streaming GET (pod logs) now, raising `ApiError` at once if the server refuses;
-        the returned iterator yields its body line by line as it arrives, until the server ends
-        it (a dropped connection ends it too)."""
-        return _lines(self._send("GET", path, None, query, None, stream=True))
+    def open_lines(
+        self, res: Resource, name: str, subresource: str, params: Mapping[str, str]
+    ) -> Iterator[bytes]:
+        """Start a streaming GET of `name`'s subresource (pod logs) now, raising `ApiError` at
+        once if the server refuses; the returned iterator yields its body line by line as it
+        arrives, with no read timeout, until the server ends it (a dropped connection ends it
+        too)."""
+        path = res.path(self.namespace, name, subresource)
+        req = Request("get", "GET", path, res.key, params=params)
+        return _lines(self.send(req, stream=True, read_timeout=None))
 
 
 def _lines(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:

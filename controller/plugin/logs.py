@@ -17,10 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from controller.plugin.errors import ApiError, PluginError
+from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_job, job_pods
 from controller.plugin.watch import TERMINAL, phase
+from controller.rest.errors import ApiError
+from controller.rest.resources import PODS
 
 WORKER_CONTAINER = "torchrun"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
@@ -42,13 +44,11 @@ def prefixed(rank: int | None, line: str, prefix: bool) -> str:
     return f"[rank {'?' if rank is None else rank}] {line}" if prefix else line
 
 
-def _log_path(kube: Kube, pod: JSON) -> str:
-    return f"/api/v1/namespaces/{kube.namespace}/pods/{pod['metadata']['name']}/log"
-
-
-def _query(follow: bool, previous: bool) -> list[tuple[str, str]]:
-    query = [("container", WORKER_CONTAINER)]
-    return query + ([("follow", "true")] if follow else []) + ([("previous", "true")] if previous else [])
+def _open_log(kube: Kube, pod: JSON, follow: bool, previous: bool) -> Iterator[bytes]:
+    params = {"container": WORKER_CONTAINER}
+    params.update({"follow": "true"} if follow else {})
+    params.update({"previous": "true"} if previous else {})
+    return kube.open_lines(PODS, pod["metadata"]["name"], "log", params)
 
 
 def selected(pods: Iterable[JSON], ranks: set[int] | None) -> list[tuple[int | None, JSON]]:
@@ -70,10 +70,10 @@ def print_logs(
         raise PluginError(f"job {job} has no worker pod for {which} now (phase {phase(get_job(kube, job))})")
     for rank, pod in pods:
         try:
-            for line in kube.open_lines(_log_path(kube, pod), _query(False, previous)):
+            for line in _open_log(kube, pod, False, previous):
                 out(prefixed(rank, line.decode("utf-8", "replace").rstrip("\n"), prefix))
         except ApiError as exc:
-            out(prefixed(rank, f"(no log: {exc.message})", True))
+            out(prefixed(rank, f"(no log: {api_error_line(exc)})", True))
 
 
 class LogFollower:
@@ -106,7 +106,7 @@ class LogFollower:
             if uid in self._attached or (pod.get("status") or {}).get("phase") == "Pending":
                 continue
             try:
-                lines = self.kube.open_lines(_log_path(self.kube, pod), _query(True, self.previous))
+                lines = _open_log(self.kube, pod, True, self.previous)
             except ApiError:
                 continue  # not started yet, or gone: the next refresh tries again
             self._attached.add(uid)

@@ -3,8 +3,9 @@
 `main(argv)` parses, runs one command and returns its exit code; it never lets a traceback
 reach the user: a mistyped flag or a bad value is one `error: --flag: ...` line (exit 2; the
 usage only with `--help`, see `flags`), a `PluginError` is printed as `error: <message>` with
-its code, Ctrl-C is `error: interrupted` (130), and any other exception (a bug) is one
-`error: internal error` line (set `KUBECTL_TORCHRUN_DEBUG=1` to see the traceback). kubectl's connection flags
+its code, an error Status from the API server as `error: <its message>` (1), Ctrl-C is
+`error: interrupted` (130), and any other exception (a bug) is one `error: internal error` line
+(set `KUBECTL_TORCHRUN_DEBUG=1` to see the traceback). kubectl's connection flags
 (`--kubeconfig`, `--context`, `-n/--namespace`) are accepted before or after the command name.
 """
 
@@ -19,12 +20,13 @@ from pathlib import Path
 
 from controller.plugin import commands
 from controller.plugin.console import Console
-from controller.plugin.errors import PluginError
+from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.flags import EXIT_CODE, FlagError, Parser, at_least, parse
 from controller.plugin.hotreload import sync
 from controller.plugin.kube import Kube, load_target
 from controller.plugin.manifest import SubmitSpec, command_text, parse_env
 from controller.plugin.submit import submit
+from controller.rest.errors import ApiError
 
 PROG = "kubectl torchrun"
 DEBUG_ENV = "KUBECTL_TORCHRUN_DEBUG"
@@ -146,6 +148,9 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     except PluginError as exc:
         console.say(f"error: {exc.message}")
         return exc.code
+    except ApiError as exc:
+        console.say(f"error: {api_error_line(exc)}")
+        return 1
     except KeyboardInterrupt:
         console.say("error: interrupted")
         return 130

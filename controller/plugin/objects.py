@@ -11,21 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.api import API_VERSION, JOB_LABEL, JOB_PLURAL, QUEUE_PLURAL, ROLE_LABEL
-from controller.plugin.errors import ApiError, PluginError
-from controller.plugin.kube import MERGE_PATCH, Kube
+from controller.api import JOB_LABEL, ROLE_LABEL
+from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
+from controller.meta import Resource
+from controller.plugin.errors import PluginError
+from controller.plugin.kube import USER_AGENT, Kube
+from controller.rest.errors import ApiError
+from controller.rest.resources import EVENTS, PODS
 
 JSON = dict[str, Any]
-
-
-def jobs_path(namespace: str | None) -> str:
-    if namespace is None:
-        return f"/apis/{API_VERSION}/{JOB_PLURAL}"
-    return f"/apis/{API_VERSION}/namespaces/{namespace}/{JOB_PLURAL}"
-
-
-def _job_path(kube: Kube, name: str) -> str:
-    return f"{jobs_path(kube.namespace)}/{name}"
 
 
 def _missing_job(kube: Kube, name: str) -> PluginError:
@@ -36,81 +30,72 @@ def _missing_job(kube: Kube, name: str) -> PluginError:
 
 def get_job(kube: Kube, name: str) -> JSON:
     try:
-        job: JSON = kube.request("GET", _job_path(kube, name))
+        return kube.get(TORCHRUNJOBS, name, kube.namespace)
     except ApiError as exc:
         raise (_missing_job(kube, name) if exc.not_found else exc) from None
-    return job
 
 
 def list_jobs(kube: Kube, all_namespaces: bool = False) -> list[JSON]:
-    answer = kube.request("GET", jobs_path(None if all_namespaces else kube.namespace))
+    answer = kube.list(TORCHRUNJOBS, None if all_namespaces else kube.namespace)
     return list(answer.get("items") or [])
 
 
-def create_job(kube: Kube, manifest: JSON, dry_run: bool = False) -> JSON:
-    """Create the job (`dry_run`: the server validates and answers without storing)."""
-    query = [("dryRun", "All")] if dry_run else []
+def create_job(kube: Kube, manifest: JSON) -> JSON:
     try:
-        created: JSON = kube.request("POST", jobs_path(kube.namespace), manifest, query)
+        return kube.create(TORCHRUNJOBS, manifest, kube.namespace, field_manager=USER_AGENT)
     except ApiError as exc:
-        if exc.conflict:
+        if exc.status == 409:  # AlreadyExists
             name = manifest["metadata"].get("name")
             raise PluginError(
                 f'job "{name}" already exists in namespace "{kube.namespace}": pick another --name, '
                 f"or kubectl torchrun delete {name}"
             ) from None
         raise
-    return created
 
 
 def patch_job(kube: Kube, name: str, patch: JSON) -> JSON:
     """Merge-patch the job; a conflict (stale `metadata.resourceVersion` in `patch`) is `ApiError`."""
     try:
-        job: JSON = kube.request("PATCH", _job_path(kube, name), patch, content_type=MERGE_PATCH)
+        return kube.patch(TORCHRUNJOBS, name, patch, kube.namespace, field_manager=USER_AGENT)
     except ApiError as exc:
         raise (_missing_job(kube, name) if exc.not_found else exc) from None
-    return job
 
 
 def delete_job(kube: Kube, name: str) -> None:
     """Delete the job; what it owns goes with it (the garbage collector, in the background)."""
-    body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
     try:
-        kube.request("DELETE", _job_path(kube, name), body)
+        kube.delete(TORCHRUNJOBS, name, kube.namespace, propagation_policy="Background")
     except ApiError as exc:
         raise (_missing_job(kube, name) if exc.not_found else exc) from None
 
 
-def _get_or_none(kube: Kube, path: str) -> JSON | None:
+def _get_or_none(kube: Kube, res: Resource, name: str) -> JSON | None:
     try:
-        obj: JSON = kube.request("GET", path)
+        return kube.get(res, name, kube.namespace)
     except ApiError as exc:
         if exc.not_found:
             return None
         raise
-    return obj
 
 
 def get_queue(kube: Kube, name: str) -> JSON | None:
-    return _get_or_none(kube, f"/apis/{API_VERSION}/{QUEUE_PLURAL}/{name}")
+    return _get_or_none(kube, TORCHRUNQUEUES, name)
 
 
 def get_pod(kube: Kube, name: str) -> JSON | None:
-    return _get_or_none(kube, f"/api/v1/namespaces/{kube.namespace}/pods/{name}")
+    return _get_or_none(kube, PODS, name)
 
 
 def job_pods(kube: Kube, job: str, role: str | None = None) -> list[JSON]:
     """The job's pods (of one role: `worker`, `sync`), by the job label."""
     selector = f"{JOB_LABEL}={job}" + (f",{ROLE_LABEL}={role}" if role else "")
-    answer = kube.request(
-        "GET", f"/api/v1/namespaces/{kube.namespace}/pods", query=[("labelSelector", selector)]
-    )
+    answer = kube.list(PODS, kube.namespace, label_selector=selector)
     return list(answer.get("items") or [])
 
 
 def events_about(kube: Kube, names: set[str]) -> list[JSON]:
     """The namespace's Events whose object is one of `names`, oldest first."""
-    answer = kube.request("GET", f"/api/v1/namespaces/{kube.namespace}/events")
+    answer = kube.list(EVENTS, kube.namespace)
     events = [e for e in answer.get("items") or [] if (e.get("involvedObject") or {}).get("name") in names]
     return sorted(events, key=event_time)
 

@@ -26,32 +26,16 @@ from kubernetes.stream import ws_client as _ws_client
 from websocket import WebSocketException
 
 from controller.plugin.archive import Archive
-from controller.plugin.errors import PluginError
-from controller.plugin.kube import Kube, status_message
+from controller.plugin.errors import PluginError, api_error_line
+from controller.plugin.kube import Kube
+from controller.rest.errors import ApiError
+from controller.rest.resources import PODS
+from controller.sync import protocol
 
-SYNC_PROGRAM = ("python", "-m", "controller.sync")
-SYNC_CONTAINER = "sync"
 CHUNK = 1024 * 1024  # per websocket frame: larger frames measured faster through the API server (test bed)
 FINISH_TIMEOUT = 600.0  # after the last byte: extraction of a large tree on a slow volume
 _STDOUT, _STDERR, _STATUS = 1, 2, 3
 ws_client: Any = _ws_client  # an untyped package
-
-
-def sync_pod_name(job: str, generation: int) -> str:
-    return f"{job}-sync-{generation}"
-
-
-def receive_command(generation: int, archive: Archive) -> list[str]:
-    return [
-        *SYNC_PROGRAM,
-        "receive",
-        "--generation",
-        str(generation),
-        "--size",
-        str(archive.size),
-        "--sha256",
-        archive.sha256,
-    ]
 
 
 @dataclass(frozen=True)
@@ -97,9 +81,9 @@ class _Exec:
     """One exec session: the websocket and what came back on each channel."""
 
     def __init__(self, kube: Kube, pod: str, command: list[str]) -> None:
-        query = [("container", SYNC_CONTAINER), ("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+        query = [("container", protocol.CONTAINER), ("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
         query += [("command", word) for word in command]
-        path = f"/api/v1/namespaces/{kube.namespace}/pods/{pod}/exec?" + urllib.parse.urlencode(query)
+        path = PODS.path(kube.namespace, pod, "exec") + "?" + urllib.parse.urlencode(query)
         url = kube.server.replace("https://", "wss://", 1).replace("http://", "ws://", 1) + path
         try:
             self.ws: Any = ws_client.WSClient(
@@ -107,7 +91,8 @@ class _Exec:
             )
         except WebSocketException as exc:
             body = getattr(exc, "resp_body", None)
-            detail = status_message(int(getattr(exc, "status_code", 0) or 0), body)[1] if body else str(exc)
+            code = int(getattr(exc, "status_code", 0) or 0)
+            detail = api_error_line(ApiError(code, body)) if body else str(exc)
             raise PluginError(f"cannot open an exec session in pod {pod}: {detail}") from None
         except OSError as exc:
             raise PluginError(f"cannot reach the API server at {kube.server}: {exc}") from None
@@ -170,10 +155,11 @@ def upload(
 ) -> dict[str, Any]:
     """Upload into `<job>-sync-<generation>`; the marker JSON `receive` printed. `PluginError`
     with the sync program's reason (or "interrupted") otherwise, saying to retry with `sync`."""
-    pod = sync_pod_name(job, generation)
+    pod = protocol.sync_pod_name(job, generation)
     retry = f"the job stays as it was; retry with `kubectl torchrun sync {job}`"
+    command = protocol.receive_argv(generation, size=archive.size, sha256=archive.sha256)
     try:
-        outcome = run_receive(kube, pod, receive_command(generation, archive), archive_path, progress)
+        outcome = run_receive(kube, pod, command, archive_path, progress)
     except KeyboardInterrupt:
         raise PluginError(f"upload interrupted (Ctrl-C); {retry}", code=130) from None
     if outcome.exit_code is None:

@@ -4,6 +4,8 @@
 the archive to a temporary file that is removed when the block ends. `send_generation` waits
 for the sync pod `<job>-sync-<G>` to run (saying what the job waits for meanwhile), then
 uploads with a progress bar. Both are shared by `submit` (generation 0) and `sync` (the next).
+`job_workspace` reads where a job's code comes from through the API types, exactly as the
+controller does (the seed's deprecated `volumes.workspace` included).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.api import InvalidObjectError, TorchrunJob, Workspace
 from controller.plugin.archive import Archive, write_archive
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_pod
 from controller.plugin.pack import DEFAULT_SIZE_LIMIT, Tree, human_size, refusals, scan
-from controller.plugin.upload import sync_pod_name, upload
+from controller.plugin.upload import upload
 from controller.plugin.watch import pod_ended, wait
+from controller.sync.protocol import sync_pod_name
 
 
 @dataclass(frozen=True)
@@ -85,18 +89,23 @@ def send_generation(kube: Kube, job: str, generation: int, pack: Packed, console
     return marker
 
 
+def job_workspace(job: JSON) -> Workspace:
+    """The job's workspace exactly as the controller reads it (`TorchrunJob.spec.workspace`: the
+    seed's `volumes.workspace` spelling included); `PluginError` if the job cannot be parsed."""
+    try:
+        return TorchrunJob.from_json(job).spec.workspace
+    except InvalidObjectError as exc:
+        name = (job.get("metadata") or {}).get("name")
+        raise PluginError(
+            f'job "{name}" cannot be read by this kubectl-torchrun ({exc.message}); '
+            "is the plugin older than the controller?"
+        ) from None
+
+
 def wanted_generation(job: JSON) -> int:
-    return int(((job.get("spec") or {}).get("workspace") or {}).get("generation") or 0)
+    return job_workspace(job).generation
 
 
 def workspace_source(job: JSON) -> str:
-    """The job's code source; the seed's `volumes.workspace` spelling read like the controller."""
-    spec = job.get("spec") or {}
-    if "workspace" in spec:
-        return str(spec["workspace"].get("source") or "upload")
-    seed = (spec.get("volumes") or {}).get("workspace")
-    if seed is not None:
-        if seed.get("enabled") is False:
-            return "none"
-        return "upload" if seed.get("source") in (None, "zip") else str(seed["source"])
-    return "upload"
+    """The job's code source: upload, git, s3, pvc or none."""
+    return job_workspace(job).source.value

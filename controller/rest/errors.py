@@ -37,6 +37,12 @@ class ApiError(Exception):
         super().__init__(f"{verb} {path}: {status} {self.reason}: {self.message}".strip())
 
     @property
+    def causes(self) -> list[dict[str, Any]]:
+        """The Status's `details.causes`: for a 422, one per refused field (`field`, `message`)."""
+        causes = self.details.get("causes")
+        return [c for c in causes if isinstance(c, dict)] if isinstance(causes, list) else []
+
+    @property
     def not_found(self) -> bool:
         return self.status == 404
 

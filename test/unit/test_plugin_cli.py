@@ -1,12 +1,13 @@
 """The plugin without a cluster: argument parsing, kubeconfig resolution, one-line errors, the
 exec status channel, log prefixing and what `list`/`status` print. Flag errors in detail:
-test_plugin_flags.py."""
+test_plugin_flags.py; what the plugin sends to the API: test_plugin_api.py."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import socket
+import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,14 +20,16 @@ from controller.plugin import logs as logs_module
 from controller.plugin import main as main_module
 from controller.plugin import upload as upload_module
 from controller.plugin.archive import Archive
-from controller.plugin.errors import PluginError
-from controller.plugin.kube import load_target, status_message
+from controller.plugin.errors import PluginError, api_error_line
+from controller.plugin.kube import load_target
 from controller.plugin.logs import LogFollower, prefixed, rank_of, selected
 from controller.plugin.main import build_parser, main
 from controller.plugin.manifest import SubmitSpec, command_text, generate_name, job_manifest, parse_env
-from controller.plugin.upload import ExecOutcome, exit_code, failure_line, receive_command
+from controller.plugin.upload import ExecOutcome, exit_code, failure_line
 from controller.plugin.views import age, job_rows, status_text
 from controller.plugin.watch import outcome, waiting_for
+from controller.rest.errors import ApiError
+from controller.sync import protocol
 
 NOW = datetime.datetime(2026, 1, 2, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
@@ -210,16 +213,13 @@ def test_a_422_quotes_every_field_cause() -> None:
             ]
         },
     }
-    assert status_message(422, json.dumps(body).encode()) == (
-        "Invalid",
+    assert api_error_line(ApiError(422, json.dumps(body).encode())) == (
         "the API server refused it: spec.numNodes: Invalid value: 0: must be >= 1; "
-        "spec.jobQueue: Required value",
+        "spec.jobQueue: Required value"
     )
-    assert status_message(403, b'{"kind":"Status","reason":"Forbidden","message":"nope"}') == (
-        "Forbidden",
-        "nope",
-    )
-    assert status_message(502, b"bad gateway") == ("", "bad gateway")
+    assert api_error_line(ApiError(403, b'{"kind":"Status","reason":"Forbidden","message":"nope"}')) == "nope"
+    assert api_error_line(ApiError(502, b"bad gateway\n")) == "bad gateway"
+    assert api_error_line(ApiError(503, b"")) == "the API server answered HTTP 503"
 
 
 def test_exec_exit_code_comes_from_the_status_channel() -> None:
@@ -242,22 +242,6 @@ def test_an_upload_failure_is_the_sync_programs_last_line() -> None:
     outcome_ = ExecOutcome(1, "", "warning: slow\nChecksumMismatch: got abc, want def\n", "exit code 1")
     assert failure_line(outcome_) == "ChecksumMismatch: got abc, want def"
     assert failure_line(ExecOutcome(126, "", "", "not found")) == "not found"
-
-
-def test_receive_command_is_the_contracts() -> None:
-    command = receive_command(3, Archive(sha256="ab" * 32, size=123, files=1, bytes=5))
-    assert command == [
-        "python",
-        "-m",
-        "controller.sync",
-        "receive",
-        "--generation",
-        "3",
-        "--size",
-        "123",
-        "--sha256",
-        "ab" * 32,
-    ]
 
 
 # --- logs, waiting, views -----------------------------------------------------------------------
@@ -393,9 +377,11 @@ class FakeExec:
         )
         self.received = b""
         self.open = True
+        self.url = ""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> FakeExec:  # stands for the WSClient class
+    def __call__(self, configuration: Any, url: str, **kwargs: Any) -> FakeExec:  # stands for WSClient
         assert kwargs["binary"] is True
+        self.url = url
         return self
 
     def write_stdin(self, data: bytes) -> None:
@@ -446,6 +432,18 @@ def test_a_successful_upload_returns_the_marker_after_sending_every_byte(
         lambda n: FakeExec(n, {"status": "Success"}, json.dumps(marker).encode() + b"\n"),
     )
     assert fake.marker == marker and sum(sent) == len(fake.received) == fake.size
+
+
+def test_the_upload_execs_the_sync_protocols_receive_in_the_generations_sync_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, _ = run_upload(tmp_path, monkeypatch, lambda n: FakeExec(n, {"status": "Success"}))
+    url = urllib.parse.urlsplit(fake.url)
+    query = urllib.parse.parse_qs(url.query)
+    assert (url.scheme, url.netloc) == ("wss", "api:6443")
+    assert url.path == f"/api/v1/namespaces/ns/pods/{protocol.sync_pod_name('train', 0)}/exec"
+    assert query["container"] == [protocol.CONTAINER]
+    assert query["command"] == protocol.receive_argv(0, size=fake.size, sha256="ab" * 32)
 
 
 def test_a_refused_upload_is_the_sync_programs_reason_and_says_to_retry_with_sync(
@@ -504,8 +502,8 @@ def test_following_reattaches_to_replaced_pods_prints_each_line_once_and_stops_a
     class Kube:
         namespace = "ns"
 
-        def open_lines(self, path: str, query: Any) -> Any:
-            name = path.split("/")[-2]
+        def open_lines(self, res: Any, name: str, subresource: str, params: Any) -> Any:
+            assert (res.plural, subresource, params["follow"]) == ("pods", "log", "true")
             opened.append(name)
             return iter([f"{name} step 1\n".encode(), f"{name} step 2\n".encode()])
 
