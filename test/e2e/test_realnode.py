@@ -168,8 +168,7 @@ def queue(real: RealNode, namespace: str) -> Iterator[str]:
 
 
 def ready(cluster: Cluster, queue: str) -> bool:
-    conds = cluster.get("torchrunqueue", queue).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+    return (condition(cluster.get("torchrunqueue", queue), "Ready") or {}).get("status") == "True"
 
 
 def plugin_run(real: RealNode, namespace: str, project: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import yaml
-from testbed import Cluster, wait_until
+from testbed import Cluster, condition, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, WorkspaceSource, to_json
 from controller.cmd.main import App
@@ -227,7 +227,7 @@ def test_printer_columns_show_what_the_controller_wrote(
             }, name
             assert re.fullmatch(r"\d+s", job_rows[name]["AGE"]), job_rows[name]
         for name, obj in queues.items():
-            ready = next(c["status"] for c in obj["status"]["conditions"] if c["type"] == "Ready")
+            ready = (condition(obj, "Ready") or {}).get("status")
             assert queue_rows[name] == {
                 "NAME": name,
                 "GPUS/NODE": cell(obj["spec"]["nodeResources"]["gpus"]),

@@ -410,11 +410,9 @@ def test_etcd_v2_without_an_endpoint_gets_a_managed_etcd(
 
     cluster.kubectl("delete", "pod", *fillers, "-n", namespace, "--wait=false")
     running = wait_until(lambda: phase_is(cluster, namespace, "Running", "rdzv"), 90, message="Running")
-    ready_at = next(
-        c["lastTransitionTime"]
-        for c in cluster.get("pod", "rdzv-etcd", "-n", namespace)["status"]["conditions"]
-        if c["type"] == "Ready" and c["status"] == "True"
-    )
+    ready = condition(cluster.get("pod", "rdzv-etcd", "-n", namespace), "Ready") or {}
+    assert ready.get("status") == "True", ready
+    ready_at = ready["lastTransitionTime"]
     worker_job = cluster.get("job", "rdzv", "-n", namespace)
     assert worker_job["metadata"]["creationTimestamp"] >= ready_at  # RFC 3339 UTC: ordered as text
     args = worker_job["spec"]["template"]["spec"]["containers"][0]["args"]
