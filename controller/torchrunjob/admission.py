@@ -2,7 +2,8 @@
 
 `admit(job, raw_queue)` returns an `Admission` (the parsed queue, the job's topology on it and its
 parsed command) or a `Refusal` whose CamelCase reason and message become `Admitted=False`:
-`QueueNotFound`, `QueueNotReady` (quoting the queue's own Ready reason), `InvalidSpec` (every
+`QueueNotFound`, `QueueNotReady` (quoting the queue's own Ready reason, or why the queue cannot
+be read), `InvalidSpec` (every
 field `validate_job` finds), `InvalidCommand`. No I/O: the caller
 reads the queue from its cache.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import (
+    InvalidObjectError,
     JobTopology,
     QueueConditionType,
     TorchrunJob,
@@ -56,7 +58,10 @@ def admit(job: TorchrunJob, raw_queue: Mapping[str, Any] | None) -> Admission | 
         return Refusal(
             Reason.QUEUE_NOT_FOUND, f"TorchrunQueue {qname} does not exist; the job starts when it is created"
         )
-    queue = TorchrunQueue.from_json(raw_queue)
+    try:
+        queue = TorchrunQueue.from_json(raw_queue)
+    except InvalidObjectError as exc:  # e.g. written by hand past the CRD's schema: wait for a fix
+        return Refusal(Reason.QUEUE_NOT_READY, f"TorchrunQueue {qname} cannot be read: {exc}")
     if not is_true(queue.status.conditions, QueueConditionType.READY):
         ready = find_condition(queue.status.conditions, QueueConditionType.READY)
         why = f": {ready.reason}: {ready.message}" if ready else " yet"

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from controller.api import (
     Condition,
@@ -156,6 +156,21 @@ def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> lis
     return list(events.values())
 
 
+class SyncedWorkspace(Protocol):
+    """What `workspace.WorkspaceState` tells the status once the workers may run."""
+
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def generation(self) -> int | None: ...
+    @property
+    def sha256(self) -> str | None: ...
+    @property
+    def synced_at(self) -> datetime | None: ...
+
+
 class StatusUpdate:
     """The status one reconcile is building: conditions set so far, and the timers it asks for.
 
@@ -204,9 +219,8 @@ class StatusUpdate:
         self.requeue = self.requeue or step.retry
         return True
 
-    def workspace_ready(self, state: Any) -> None:
-        """`WorkspaceReady=True` as `state` (a `workspace.WorkspaceState`) says, with the generation
-        in use when it names one."""
+    def workspace_ready(self, state: SyncedWorkspace) -> None:
+        """`WorkspaceReady=True` as `state` says, with the generation in use when it names one."""
         self.cond(JobConditionType.WORKSPACE_READY, True, state.reason, state.message)
         if state.generation is not None:
             self.set(

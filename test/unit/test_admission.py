@@ -80,3 +80,14 @@ def test_a_cpu_only_queue_admits_jobs_by_node() -> None:
     verdict = admit(job(), queue(nodeResources={"gpus": 0, "cpus": "4"}))
     assert isinstance(verdict, Admission)
     assert verdict.message == "queue q: 2 node(s) × 4 process(es), 0 GPU(s)"
+
+
+def test_a_queue_that_cannot_be_read_holds_its_jobs_with_a_reason() -> None:
+    """A queue written past the schema (here a Ready condition without its transition time) is no
+    crash on every pass: the job waits, saying what is wrong with the queue."""
+    broken = queue()
+    del broken["status"]["conditions"][0]["lastTransitionTime"]
+    reason, message = refusal(admit(job(), broken))
+    assert reason == "QueueNotReady"
+    assert message.startswith("TorchrunQueue q cannot be read: ")
+    assert "status.conditions[0].lastTransitionTime" in message
