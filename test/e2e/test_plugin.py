@@ -29,8 +29,6 @@ from controller.plugin.objects import get_pod
 from controller.plugin.pack import scan
 from controller.plugin.upload import upload
 
-pytestmark = pytest.mark.integration  # needs the local control plane
-
 SHA_PREFIX = "sha256 "
 
 

@@ -18,8 +18,6 @@ from testbed import Cluster, wait_until
 
 from controller.cmd.main import App
 
-pytestmark = pytest.mark.integration
-
 KUBE_GC = "system:serviceaccount:kube-system:generic-garbage-collector"
 
 
