@@ -953,8 +953,17 @@ def kueue_binary() -> Path:
     return cache_dir() / "bin" / f"kueue-{pins()['KUEUE_VERSION']}" / "kueue"
 
 
+@dataclass(frozen=True)
+class RealKueue:
+    """The Kueue controller manager running for one test: its ResourceFlavor, and a ClusterQueue
+    of 4 x 8 GPUs on it."""
+
+    flavor: str
+    cluster_queue: str
+
+
 @pytest.fixture
-def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
+def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
     """The Kueue controller manager built from its module, with a ClusterQueue of 4 x 8 GPUs."""
     binary = kueue_binary()
     if not binary.exists():
@@ -987,16 +996,33 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
     gates = "--feature-gates=VisibilityOnDemand=false"  # no aggregated API server on a fixed port
     args = [str(binary), "--config", str(tmp_path / "config.yaml"), gates, "--zap-log-level=2"]
     proc = subprocess.Popen(args, env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)
-    flavor, cq = f"flavor-{uuid.uuid4().hex[:6]}", f"cq-{uuid.uuid4().hex[:6]}"
+    flavor = f"flavor-{uuid.uuid4().hex[:6]}"
     cluster.apply(
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor}}
     )
-    quotas = {"nvidia.com/gpu": "32", "cpu": "400", "memory": "4Ti"}
+    try:
+        yield RealKueue(flavor, cluster_queue(cluster, flavor, gpus=32))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        release_kueue_objects(cluster)
+        cluster.kubectl("delete", "namespace", "kueue-system", "--wait=false", check=False)
+
+
+def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
+    """A ClusterQueue of a fresh name for every namespace: `gpus` GPUs in `flavor`, and the CPUs and
+    memory of four test-bed nodes (so GPUs are what runs out)."""
+    name = f"cq-{uuid.uuid4().hex[:6]}"
+    quotas = {"nvidia.com/gpu": str(gpus), "cpu": "400", "memory": "4Ti"}
     cluster.apply(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "ClusterQueue",
-            "metadata": {"name": cq},
+            "metadata": {"name": name},
             "spec": {
                 "namespaceSelector": {},
                 "resourceGroups": [
@@ -1013,17 +1039,14 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[str]:
             },
         }
     )
-    try:
-        yield cq
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        release_kueue_objects(cluster)
-        cluster.kubectl("delete", "namespace", "kueue-system", "--wait=false", check=False)
+    return name
+
+
+def local_queue(cluster: Cluster, ns: str, cq: str, name: str = "team-lq") -> str:
+    """A LocalQueue in `ns` that submits to ClusterQueue `cq`."""
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name}}
+    cluster.apply({**body, "spec": {"clusterQueue": cq}}, ns)
+    return name
 
 
 def release_kueue_objects(cluster: Cluster) -> None:
@@ -1059,6 +1082,16 @@ def kueue_released(cluster: Cluster, ns: str) -> bool:
     )
 
 
+def workload_of(cluster: Cluster, ns: str, job: str) -> dict[str, Any] | None:
+    """The Workload Kueue made for worker Job `job` (by Kueue's job-uid label); None without one."""
+    worker = get_or_none(cluster, "job", job, "-n", ns)
+    if worker is None:
+        return None
+    selector = f"kueue.x-k8s.io/job-uid={worker['metadata']['uid']}"
+    items = cluster.get("workloads", "-n", ns, "-l", selector)["items"]
+    return items[0] if items else None
+
+
 @pytest.mark.usefixtures("scheduler_apis")
 class TestRealKueue:
     def test_real_kueue_admits_a_two_node_job_and_honours_suspend(
@@ -1067,18 +1100,10 @@ class TestRealKueue:
         namespace: str,
         make_queue: Maker,
         start_controller: Callable[..., App],
-        real_kueue: str,
+        real_kueue: RealKueue,
     ) -> None:
-        cluster.apply(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta1",
-                "kind": "LocalQueue",
-                "metadata": {"name": "team-lq"},
-                "spec": {"clusterQueue": real_kueue},
-            },
-            namespace,
-        )
-        queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue="team-lq")
+        lq = local_queue(cluster, namespace, real_kueue.cluster_queue)
+        queue = make_queue(scheduling={"scheduler": "kueue"}, kueueLocalQueue=lq)
         start_controller()
         make_job(cluster, namespace, queue)
 
@@ -1087,7 +1112,7 @@ class TestRealKueue:
             return items[0] if items and (items[0].get("status") or {}).get("admission") else None
 
         workload = wait_until(admitted, 90, 0.5, message="Kueue admits the Workload")
-        assert workload["status"]["admission"]["clusterQueue"] == real_kueue
+        assert workload["status"]["admission"]["clusterQueue"] == real_kueue.cluster_queue
         assert workload["spec"]["podSets"][0]["count"] == 2
         running = job_condition(cluster, namespace, "Running", "AllWorkersRunning")
         assert running["status"]["workers"]["ready"] == 2
@@ -1104,3 +1129,69 @@ class TestRealKueue:
         # resume: Kueue readmits and unsuspends; the job runs again
         merge_patch(cluster, "torchrunjob", "train", {"spec": {"suspend": False}}, "-n", namespace)
         job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+
+    def test_real_kueue_holds_a_job_while_its_cluster_queue_is_full_and_admits_it_when_room_frees(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        real_kueue: RealKueue,
+    ) -> None:
+        """A ClusterQueue with the GPUs of one 2-node job (16): the first job is admitted and runs;
+        the second is held — its Job suspended, no pod, its Workload `QuotaReserved=False Pending`
+        naming the GPUs it lacks — for as long as the first holds the quota (sampled, not assumed);
+        the first job deleted, Kueue admits the second into the freed quota and it runs."""
+        cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
+        queue = make_queue(
+            scheduling={"scheduler": "kueue"}, kueueLocalQueue=local_queue(cluster, namespace, cq)
+        )
+        start_controller()
+        make_job(cluster, namespace, queue, "first")
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="first")
+        first_workload = (workload_of(cluster, namespace, "first") or {})["metadata"]["name"]
+        make_job(cluster, namespace, queue, "second")
+
+        def held() -> dict[str, Any] | None:
+            """The second job as Kueue holds it: its Workload pending, its Job suspended, no pod."""
+            workload = workload_of(cluster, namespace, "second")
+            reserved = condition(workload or {}, "QuotaReserved") or {}
+            job = cluster.get("job", "second", "-n", namespace)
+            waiting = (
+                workload is not None
+                and (reserved.get("status"), reserved.get("reason")) == ("False", "Pending")
+                and not (workload.get("status") or {}).get("admission")
+                and job["spec"]["suspend"] is True
+                and worker_pods(cluster, namespace, "second") == []
+            )
+            return workload if waiting else None
+
+        workload = wait_until(held, 60, 0.5, message="Kueue holds the second job")
+        why = (condition(workload, "QuotaReserved") or {})["message"]
+        assert f"insufficient unused quota for nvidia.com/gpu in flavor {real_kueue.flavor}" in why, why
+        # it stays held while the first runs: every sample, up to the moment the first is deleted
+        for _ in range(6):
+            assert held() is not None, workload_of(cluster, namespace, "second")
+            tj = cluster.get("torchrunjob", "second", "-n", namespace)
+            # the TorchrunJob only says it is not running (Running=False WorkersStarting, 0/2): the
+            # why is Kueue's, on the Workload (and in its `Pending` Event), not on the TorchrunJob
+            assert tj["status"]["phase"] == "Pending" and tj["status"]["workers"]["ready"] == 0
+            assert (condition(tj, "Running") or {}).get("status") == "False"
+            assert (condition(tj, "Running") or {}).get("reason") != "Unschedulable"
+            first = condition(cluster.get("torchrunjob", "first", "-n", namespace), "Running") or {}
+            assert first.get("reason") == "AllWorkersRunning", first
+            time.sleep(0.5)
+
+        # the first job goes: its Workload with its Job, and Kueue admits the second into its quota
+        cluster.kubectl("delete", "torchrunjob", "first", "-n", namespace, "--wait=true")
+
+        def admitted() -> dict[str, Any] | None:
+            w = workload_of(cluster, namespace, "second")
+            return w if w and (w.get("status") or {}).get("admission") else None
+
+        workload = wait_until(admitted, 90, 0.5, message="Kueue admits the second job")
+        assert workload["status"]["admission"]["clusterQueue"] == cq
+        assert get_or_none(cluster, "workload", first_workload, "-n", namespace) is None
+        running = job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="second")
+        assert running["status"]["workers"]["ready"] == 2
+        assert cluster.get("job", "second", "-n", namespace)["spec"]["suspend"] is False
