@@ -44,8 +44,8 @@ def logs_command(
 ) -> int:
     get_job(kube, name)  # a missing job is one error line, not an empty output
     ranks = None if all_ranks else {rank or 0}
-    if follow:
-        LogFollower(kube, name, ranks, prefix=all_ranks, out=console.line, previous=previous).follow()
+    if follow:  # never with previous (main refuses it): a previous pod has ended
+        LogFollower(kube, name, ranks, prefix=all_ranks, out=console.line, say=console.say).follow()
     else:
         print_logs(kube, name, ranks, all_ranks, previous, console.line)
     return 0

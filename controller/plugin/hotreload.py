@@ -10,18 +10,19 @@ is chosen so a retry never skips or wastes one:
     sync pod.
 Sources other than upload (git, s3, pvc) have nothing to send: the increment alone makes the
 sync pod fetch again. Unless `--detach`, it then waits until the workers run the new generation
-(`status.workspaceGeneration`), saying what the job waits for meanwhile.
+(`rollout.on_generation`: the generation is in use and the job's node count of worker pods
+created after it was synced are Running), saying what it waits for meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_job, get_pod, patch_job
+from controller.plugin.rollout import runs_generation
 from controller.plugin.watch import pod_ended, wait
 from controller.plugin.workspace import packed, send_generation, wanted_generation, workspace_source
 from controller.sync.protocol import sync_pod_name
@@ -54,10 +55,6 @@ def next_generation(kube: Kube, job: JSON) -> int:
     return generation
 
 
-def _runs(generation: int) -> Callable[[JSON], bool | None]:
-    return lambda job: True if _published(job)[0] >= generation and _published(job)[1] else None
-
-
 def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, detach: bool) -> int:
     """Run `sync` (see the module docstring); the exit code."""
     job = get_job(kube, name)
@@ -77,6 +74,5 @@ def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, de
             send_generation(kube, name, generation, pack, console)
     if detach:
         return 0
-    wait(kube, name, _runs(generation), console.say)
-    console.say(f"job {name} runs generation {generation}")
+    console.say(wait(kube, name, runs_generation(kube, generation), console.say))
     return 0

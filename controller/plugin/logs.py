@@ -7,7 +7,15 @@ seconds it lists the job's worker pods and attaches to new ones, so a whole-job 
 replaces every pod, is followed without the user doing anything. A pod is attached at most once
 (by uid) after its log opened, so no line is printed twice. A log stream may never end by
 itself (kubelet keeps it open, or a node is lost), so following stops once the job is in a
-terminal phase and its streams have gone quiet for `grace` seconds.
+terminal phase and its streams have gone quiet for `grace` seconds. While the job is held up
+(a condition of its progress is not True: workers unschedulable, restarting), the follower says
+so on the status stream, one line per change, as `wait` does.
+
+`--previous` is the rank's previous *pod*, not a restarted container: worker pods run with
+`restartPolicy: Never`, so a kubelet never restarts a worker's container and never keeps a
+previous container log. What a rank leaves behind is a pod: when a worker fails with a retriable
+exit code the worker Job keeps the failed pod and creates a new one for the same rank, and
+`previous_pods` picks, per rank, the pod before the newest.
 """
 
 from __future__ import annotations
@@ -15,12 +23,12 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_job, job_pods
-from controller.plugin.watch import TERMINAL, phase
+from controller.plugin.watch import TERMINAL, Announcer, held_up, phase
 from controller.rest.errors import ApiError
 from controller.rest.resources import PODS
 
@@ -44,10 +52,9 @@ def prefixed(rank: int | None, line: str, prefix: bool) -> str:
     return f"[rank {'?' if rank is None else rank}] {line}" if prefix else line
 
 
-def _open_log(kube: Kube, pod: JSON, follow: bool, previous: bool) -> Iterator[bytes]:
+def _open_log(kube: Kube, pod: JSON, follow: bool) -> Iterator[bytes]:
     params = {"container": WORKER_CONTAINER}
     params.update({"follow": "true"} if follow else {})
-    params.update({"previous": "true"} if previous else {})
     return kube.open_lines(PODS, pod["metadata"]["name"], "log", params)
 
 
@@ -60,17 +67,38 @@ def selected(pods: Iterable[JSON], ranks: set[int] | None) -> list[tuple[int | N
     )
 
 
+def previous_pods(pods: Sequence[tuple[int | None, JSON]]) -> list[tuple[int | None, JSON]]:
+    """Of `selected` pods, each rank's pod before its newest; ranks with one pod have none."""
+    by_rank: dict[int | None, list[JSON]] = {}
+    for rank, pod in pods:
+        by_rank.setdefault(rank, []).append(pod)
+    return [(rank, ps[-2]) for rank, ps in by_rank.items() if len(ps) > 1]
+
+
+def _which(ranks: set[int] | None) -> str:
+    return "any rank" if ranks is None else "rank " + ",".join(map(str, sorted(ranks)))
+
+
 def print_logs(
     kube: Kube, job: str, ranks: set[int] | None, prefix: bool, previous: bool, out: Callable[[str], None]
 ) -> None:
-    """Print the current logs of the chosen ranks once, rank by rank."""
+    """Print the logs of the chosen ranks' pods once, rank by rank (`previous`: of each rank's
+    previous pod, see the module docstring)."""
     pods = selected(job_pods(kube, job, "worker"), ranks)
     if not pods:
-        which = "any rank" if ranks is None else "rank " + ",".join(map(str, sorted(ranks)))
-        raise PluginError(f"job {job} has no worker pod for {which} now (phase {phase(get_job(kube, job))})")
+        raise PluginError(
+            f"job {job} has no worker pod for {_which(ranks)} now (phase {phase(get_job(kube, job))})"
+        )
+    if previous:
+        pods = previous_pods(pods)
+        if not pods:
+            raise PluginError(
+                f"job {job} has no previous worker pod for {_which(ranks)}: a rank keeps its previous pod "
+                "only when that pod failed with a retriable exit code and was replaced"
+            )
     for rank, pod in pods:
         try:
-            for line in _open_log(kube, pod, False, previous):
+            for line in _open_log(kube, pod, False):
                 out(prefixed(rank, line.decode("utf-8", "replace").rstrip("\n"), prefix))
         except ApiError as exc:
             out(prefixed(rank, f"(no log: {api_error_line(exc)})", True))
@@ -86,12 +114,13 @@ class LogFollower:
         ranks: set[int] | None,
         prefix: bool,
         out: Callable[[str], None],
-        previous: bool = False,
+        say: Callable[[str], None] | None = None,
         refresh: float = 2.0,
         grace: float = 3.0,
     ) -> None:
         self.kube, self.job, self.ranks, self.prefix, self.out = kube, job, ranks, prefix, out
-        self.previous, self.refresh, self.grace = previous, refresh, grace
+        self.announce = Announcer(say) if say is not None else None
+        self.refresh, self.grace = refresh, grace
         self._lines: queue.Queue[tuple[int | None, str]] = queue.Queue()
         self._attached: set[str] = set()
         self._threads: list[threading.Thread] = []
@@ -106,7 +135,7 @@ class LogFollower:
             if uid in self._attached or (pod.get("status") or {}).get("phase") == "Pending":
                 continue
             try:
-                lines = _open_log(self.kube, pod, True, self.previous)
+                lines = _open_log(self.kube, pod, True)
             except ApiError:
                 continue  # not started yet, or gone: the next refresh tries again
             self._attached.add(uid)
@@ -135,5 +164,15 @@ class LogFollower:
                 while self._print_pending(self.grace if any(t.is_alive() for t in self._threads) else 0.0):
                     pass
                 return job
+            self._say_held_up(job)
             self._attach_new()
             self._print_pending(self.refresh)
+
+    def _say_held_up(self, job: JSON) -> None:
+        if self.announce is None:
+            return
+        reason = held_up(job)
+        if reason is None:
+            self.announce.clear()
+        else:
+            self.announce(reason)

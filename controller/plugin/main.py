@@ -80,8 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     ranks = p.add_mutually_exclusive_group()
     ranks.add_argument("--rank", type=at_least(0), help="node rank to show (default 0)")
     ranks.add_argument("--all", action="store_true", help="every rank, lines prefixed [rank N]")
-    p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
-    p.add_argument("-p", "--previous", action="store_true", help="the previous container's logs")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
+    when.add_argument(
+        "-p",
+        "--previous",
+        action="store_true",
+        help="the rank's previous pod (one that failed with a retriable exit code and was replaced)",
+    )
     p = sub.add_parser("sync", parents=[common], help="hot reload: upload the directory as a new generation")
     p.add_argument("name")
     p.add_argument(

@@ -17,7 +17,7 @@ from controller.meta import Resource
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import USER_AGENT, Kube
 from controller.rest.errors import ApiError
-from controller.rest.resources import EVENTS, PODS
+from controller.rest.resources import EVENTS, JOBS, PODS
 
 JSON = dict[str, Any]
 
@@ -84,6 +84,11 @@ def get_queue(kube: Kube, name: str) -> JSON | None:
 
 def get_pod(kube: Kube, name: str) -> JSON | None:
     return _get_or_none(kube, PODS, name)
+
+
+def get_worker_job(kube: Kube, job: str) -> JSON | None:
+    """The batch Job named like the job (the controller's worker Job, when it controls it)."""
+    return _get_or_none(kube, JOBS, job)
 
 
 def job_pods(kube: Kube, job: str, role: str | None = None) -> list[JSON]:

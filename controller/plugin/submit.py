@@ -5,7 +5,9 @@ refusal sends nothing); `--dry-run` stops here, printing the manifest and the fi
 the queue exists (and allows `env` when `--env` is given) so a typo is an error, not a job
 waiting forever; create the job; wait for its sync pod and upload generation 0; `--detach`
 stops here; wait for the workspace, follow rank 0's logs until the job ends and exit with its
-outcome (0 succeeded, 1 failed, with the reason). An upload that fails leaves the job in place
+outcome (0 succeeded, 1 failed, with the reason). Every wait says what the job waits for, one
+`waiting: ...` line per change (the queue, the claim, the scheduler's words for workers that
+cannot be placed). An upload that fails leaves the job in place
 (the error says to retry with `sync`).
 """
 
@@ -84,7 +86,7 @@ def submit(
         return 0
     wait(kube, name, _workspace_ready, console.say)
     console.say(f"workspace ready; following rank 0 of {name} until the job ends")
-    final = LogFollower(kube, name, {0}, prefix=False, out=console.line).follow()
+    final = LogFollower(kube, name, {0}, prefix=False, out=console.line, say=console.say).follow()
     ended = outcome(final)
     assert ended is not None  # follow() returns only a terminal job
     console.say(ended[1])

@@ -4,8 +4,10 @@ The controller writes why a job is not moving in its conditions (`Admitted=False
 `WorkspaceReady=False ClaimNotBound`, `Running=False Unschedulable` quoting the scheduler);
 `waiting_for` reads the first condition that is not True, so the plugin never guesses. `wait`
 polls the job (one GET per interval: a short-lived command, no watch to re-establish), prints
-each new reason once, and returns as soon as the caller's check says done; a job that ends
-first ends the wait with its outcome.
+each new reason once (`Announcer`: one `waiting: ...` line per change), and returns as soon as
+the caller's check says done; a job that ends first ends the wait with its outcome. A check that
+knows better than the conditions what it waits for (the hot reload's new workers) answers
+`Waiting(reason)`, and that reason is printed instead.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller.api import JobConditionType, JobPhase
@@ -48,6 +51,12 @@ def waiting_for(job: JSON) -> str:
     return phase(job)
 
 
+def held_up(job: JSON) -> str | None:
+    """`waiting_for(job)` while one of Admitted, WorkspaceReady, Running is not True; else None."""
+    reason = waiting_for(job)
+    return None if reason == phase(job) else reason
+
+
 def outcome(job: JSON) -> tuple[int, str] | None:
     """`(exit code, line)` of a finished job: 0 when it succeeded, 1 with the Failed reason."""
     name = job["metadata"]["name"]
@@ -59,31 +68,54 @@ def outcome(job: JSON) -> tuple[int, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A check's own words for what it still waits for, said instead of the job's conditions."""
+
+    reason: str
+
+
+class Announcer:
+    """Says `waiting: <reason>` when the reason differs from the last one said (one line per
+    change); `clear` forgets it, so a reason that comes back after progress is said again."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.last = ""
+
+    def __call__(self, reason: str) -> None:
+        if reason != self.last:
+            self.say(f"waiting: {reason}")
+            self.last = reason
+
+    def clear(self) -> None:
+        self.last = ""
+
+
 def wait(
     kube: Kube,
     name: str,
-    done: Callable[[JSON], T | None],
+    done: Callable[[JSON], T | Waiting | None],
     say: Callable[[str], None],
     interval: float = 1.0,
     timeout: float | None = None,
 ) -> T:
-    """Poll job `name` until `done(job)` returns a value, and return it. Says each new
-    `waiting_for` line; a job that finishes before `done` accepts it raises `PluginError` with
-    the job's outcome; `timeout` seconds without success raise `PluginError` too."""
+    """Poll job `name` until `done(job)` returns a value, and return it. Says each new reason:
+    the `Waiting` that `done` returned, else the job's `waiting_for` line; a job that finishes
+    before `done` accepts it raises `PluginError` with the job's outcome; `timeout` seconds
+    without success raise `PluginError` too."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = ""
+    announce = Announcer(say)
     while True:
         job = get_job(kube, name)
         value = done(job)
-        if value is not None:
+        if value is not None and not isinstance(value, Waiting):
             return value
         ended = outcome(job)
         if ended is not None:
             raise PluginError(ended[1], code=ended[0] or 1)
-        reason = waiting_for(job)
-        if reason != last:
-            say(f"waiting: {reason}")
-            last = reason
+        reason = value.reason if isinstance(value, Waiting) else waiting_for(job)
+        announce(reason)
         if deadline is not None and time.monotonic() > deadline:
             raise PluginError(f"gave up after {timeout:.0f}s; the job is still waiting: {reason}")
         time.sleep(interval)

@@ -25,7 +25,7 @@ from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_pod
 from controller.plugin.pack import DEFAULT_SIZE_LIMIT, Tree, human_size, refusals, scan
 from controller.plugin.upload import upload
-from controller.plugin.watch import pod_ended, wait
+from controller.plugin.watch import Waiting, held_up, pod_ended, wait
 from controller.sync.protocol import sync_pod_name
 
 
@@ -64,24 +64,30 @@ def packed(root: Path, force: bool, limit: int = DEFAULT_SIZE_LIMIT) -> Iterator
         yield Packed(tree=tree, archive=archive, path=path)
 
 
-def _sync_pod_running(kube: Kube, job: str, generation: int) -> bool | None:
-    pod = get_pod(kube, sync_pod_name(job, generation))
-    if pod is None:
+def _sync_pod_running(kube: Kube, job: JSON, generation: int) -> bool | Waiting | None:
+    """True once the sync pod runs; while the job is held up, None (its conditions say why),
+    else what the pod is doing."""
+    name = sync_pod_name(job["metadata"]["name"], generation)
+    pod = get_pod(kube, name)
+    if pod is not None:
+        ended = pod_ended(pod)
+        if ended is not None:
+            raise PluginError(
+                f"sync pod {name} ended before the upload ({ended}); "
+                f"retry with `kubectl torchrun sync {job['metadata']['name']}`"
+            )
+        if (pod.get("status") or {}).get("phase") == "Running":
+            return True
+    if held_up(job) is not None:
         return None
-    ended = pod_ended(pod)
-    if ended is not None:
-        raise PluginError(
-            f"sync pod {sync_pod_name(job, generation)} ended before the upload ({ended}); "
-            f"retry with `kubectl torchrun sync {job}`"
-        )
-    return True if (pod.get("status") or {}).get("phase") == "Running" else None
+    return Waiting(f"sync pod {name} " + ("does not exist yet" if pod is None else "is not running yet"))
 
 
 def send_generation(kube: Kube, job: str, generation: int, pack: Packed, console: Console) -> dict[str, Any]:
     """Wait for `<job>-sync-<generation>` to run, then upload `pack` into it; the marker."""
     pod = sync_pod_name(job, generation)
     console.say(f"waiting for the sync pod {pod}")
-    wait(kube, job, lambda _job: _sync_pod_running(kube, job, generation), console.say)
+    wait(kube, job, lambda current: _sync_pod_running(kube, current, generation), console.say)
     description = f"uploading {pack.archive.files} files"
     with console.progress(pack.archive.size, description) as advance:
         marker = upload(kube, job, generation, pack.archive, pack.path, advance)

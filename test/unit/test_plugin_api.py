@@ -124,11 +124,34 @@ def test_logs_stream_with_no_read_timeout() -> None:
     pod = {"metadata": {"name": "train-0", "annotations": {"batch.kubernetes.io/job-completion-index": "0"}}}
     kube = RecordingKube((200, {"items": [pod]}), (200, b"step 1\nstep 2"))
     out: list[str] = []
-    print_logs(kube, "train", {0}, prefix=False, previous=True, out=out.append)
+    print_logs(kube, "train", {0}, prefix=False, previous=False, out=out.append)
     req, stream, read_timeout = kube.sent[1]
-    assert req.url(HOST) == f"{HOST}/api/v1/namespaces/ns/pods/train-0/log?container=torchrun&previous=true"
+    assert req.url(HOST) == f"{HOST}/api/v1/namespaces/ns/pods/train-0/log?container=torchrun"
     assert (stream, read_timeout) == (True, None)
     assert out == ["step 1", "step 2"]
+
+
+def test_previous_reads_the_log_of_the_ranks_pod_before_its_newest() -> None:
+    """Worker pods never restart a container (`restartPolicy: Never`): a rank's previous log is
+    its previous pod's, read as that pod's current log."""
+
+    def worker(name: str, created: str) -> dict[str, Any]:
+        index = {"batch.kubernetes.io/job-completion-index": "0"}
+        return {"metadata": {"name": name, "annotations": index, "creationTimestamp": created}}
+
+    pods = [worker("train-0-new", "2026-01-02T11:05:00Z"), worker("train-0-old", "2026-01-02T11:00:00Z")]
+    kube = RecordingKube((200, {"items": pods}), (200, b"CUDA error: out of memory\n"))
+    out: list[str] = []
+    print_logs(kube, "train", {0}, prefix=False, previous=True, out=out.append)
+    req, _, _ = kube.sent[1]
+    assert req.url(HOST) == f"{HOST}/api/v1/namespaces/ns/pods/train-0-old/log?container=torchrun"
+    assert out == ["CUDA error: out of memory"]
+
+    alone = RecordingKube((200, {"items": pods[:1]}))
+    with pytest.raises(PluginError) as none:
+        print_logs(alone, "train", {0}, prefix=False, previous=True, out=out.append)
+    assert none.value.message.startswith("job train has no previous worker pod for rank 0: ")
+    assert len(alone.sent) == 1  # no log request for a pod that is not there
 
 
 def test_a_missing_job_and_a_taken_name_are_the_plugins_own_lines() -> None:
