@@ -54,7 +54,9 @@ def events_of(cluster: Cluster, ns: str, name: str = "train") -> list[str]:
 def test_two_node_job_runs_to_success(
     cluster: Cluster, namespace: str, start_controller: Callable[..., App]
 ) -> None:
-    queue = make_queue(cluster, duration="4s")
+    """The workers run until the test ends them, so `Running` is a state the job stays in while
+    it is checked, not a window a poll can miss."""
+    queue = make_queue(cluster, outcome="run")
     app = start_controller()
     make_job(cluster, namespace, queue)
     running = wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running")
@@ -104,7 +106,12 @@ def test_two_node_job_runs_to_success(
     pods = cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=train")["items"]
     assert len({p["spec"]["nodeName"] for p in pods}) == 2
     assert {p["spec"]["hostname"] for p in pods} == {"train-0", "train-1"}
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
 
+    # the test ends the workers: kwok's pod-succeed stage takes a Running pod with this outcome
+    workers = "torchrun-job-name=train,torchrun.ai/role=worker"
+    ending = ("kwok.torchrun.ai/outcome=succeed", "kwok.torchrun.ai/duration=0s")
+    cluster.kubectl("annotate", "pods", "-n", namespace, "-l", workers, *ending, "--overwrite")
     done = wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
     assert condition(done, "Succeeded")["status"] == "True"
     assert done["status"]["completionTime"] and done["status"]["startTime"]
