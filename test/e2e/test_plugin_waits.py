@@ -251,8 +251,15 @@ def test_logs_previous_prints_the_log_of_the_pod_a_rank_ran_before_its_current_o
         0.5,
         "rank 1 replaced",
     )
-    job = cluster.get("torchrunjob", "train", "-n", namespace)
-    assert (job["status"]["phase"], job["status"]["retriableFailures"]) == ("Running", 1)
+    wait_until(  # retried in place: the job runs on, one retriable failure counted
+        lambda: (
+            (s := cluster.get("torchrunjob", "train", "-n", namespace)["status"])
+            and (s.get("phase"), s.get("retriableFailures")) == ("Running", 1)
+        ),
+        60,
+        0.5,
+        "the job Running with 1 retriable failure",
+    )
 
     previous = plugin("logs", "train", "--rank", "1", "--previous")
     assert previous.returncode == 0, previous.stderr
