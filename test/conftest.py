@@ -5,7 +5,10 @@ kube-scheduler, kwok with 4 fake 8-GPU nodes) once per test session in a fresh s
 and stops it at the end. `namespace` gives each test its own namespace, deleted afterwards (the
 test ends once its pods are gone; the rest of the namespace goes in the background).
 Every run also gets two plugins: the skip policy (an unexpected skip fails the session) and
-the summary notes (`record_property("note", text)` is printed at the end).
+the summary notes (`record_property("note", text)` is printed at the end, and so is every stand-in
+a test ran against, with the test: see test/summary_notes.py). A test whose namespace had pods or
+claims the test bed's node agent served (it plays the kubelet and the storage driver on kwok's
+nodes) is listed under that stand-in by `namespace` itself.
 Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
 
 The tiers are marked here, by directory, so no module can forget its marker: everything in
@@ -20,12 +23,13 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import skip_policy
 import summary_notes
+from summary_notes import KUBELET, STAND_IN, stand_in
 from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary
 
 from controller.metrics.registry import ControllerMetrics
@@ -51,7 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # a skip not listed in test/expected_skips.txt fails the session (test/skip_policy.py)
     skip_policy.register(config)
-    # record_property("note", text) lands in the run's summary (test/summary_notes.py)
+    # record_property("note", text) and the stand-ins land in the run's summary (test/summary_notes.py)
     summary_notes.register(config)
 
 
@@ -76,10 +80,16 @@ def rest(cluster: Cluster) -> RESTClient:
 
 
 @pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
+def namespace(cluster: Cluster, record_property: Callable[[str, object], None]) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
+    agent_log = cluster.node_agent_log_size()
     cluster.kubectl("create", "namespace", name)
     yield name
     # returns once the namespace's pods are gone, so one test's pods never hold GPUs another test
     # needs; the namespace itself finishes terminating in the background (Cluster.delete_namespace)
-    cluster.delete_namespace(name)
+    try:
+        cluster.delete_namespace(name)
+    finally:
+        # the node agent played the kubelet (or the storage driver) for this test's pods or claims
+        if cluster.served_by_node_agent(name, since=agent_log):
+            record_property(STAND_IN, stand_in(KUBELET))

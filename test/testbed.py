@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,9 @@ CONTROLPLANE = REPO / "hack" / "controlplane.sh"
 os.environ.setdefault("TORCHRUN_PYTHON", sys.executable)
 
 T = TypeVar("T")
+# what the node agent (hack/testbed/nodeagent) logs for each pod or claim it acts on: `pod=<ns>/<name>`
+# ("prepared", "started", "reported", "worker logs") or `claim=<ns>/<name>` ("provisioned")
+NODE_AGENT_SUBJECT = re.compile(r"\b(?:pod|claim)=(?P<namespace>[^/\s]+)/(?P<name>\S+)")
 
 
 def cache_dir() -> Path:
@@ -193,6 +197,25 @@ class Cluster:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"namespace {name}: pods still hold nodes after {timeout}s: {left}")
             time.sleep(0.2)
+
+    @property
+    def node_agent_log(self) -> Path:
+        return self.run_dir / "logs" / "node-agent.log"
+
+    def node_agent_log_size(self) -> int:
+        return self.node_agent_log.stat().st_size if self.node_agent_log.exists() else 0
+
+    def served_by_node_agent(self, namespace: str, since: int = 0) -> list[str]:
+        """The pods and claims of `namespace` the test bed's node agent acted on (a sync pod run, a
+        worker's logs written, a volume provisioned), from its log after byte `since` (from the
+        start when the log is shorter than that: it was replaced)."""
+        if not self.node_agent_log.exists():
+            return []
+        with self.node_agent_log.open("rb") as log:
+            log.seek(since if since <= self.node_agent_log.stat().st_size else 0)
+            text = log.read().decode("utf-8", "replace")
+        found = (m for m in NODE_AGENT_SUBJECT.finditer(text) if m.group("namespace") == namespace)
+        return list(dict.fromkeys(m.group("name") for m in found))
 
     def controlplane(self, *args: str) -> None:
         started = time.time()

@@ -6,6 +6,7 @@ registry serves python:3.11-slim), cached by a key of its inputs; hack/test.sh r
 pytest, so here it is normally a cache hit. The tests run the image's own entrypoint and the sync
 program inside it as the image's user, through `buildah run`. When the image cannot be built, every
 test here fails quoting why (never a skip: the shipped artefact would then be untested in silence).
+The base stands in for python:3.11-slim: every test here is listed under it in the run's summary.
 No control plane is needed.
 """
 
@@ -18,7 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from summary_notes import IMAGE_BASE
 from testbed import REPO
+
+# every test runs the image, built on the local stand-in for python:3.11-slim (module docstring)
+pytestmark = pytest.mark.stand_in(IMAGE_BASE)
 
 SCRIPT = REPO / "hack" / "testbed" / "build-image.sh"
 NON_ROOT = "65532"

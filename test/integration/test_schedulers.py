@@ -32,7 +32,7 @@ import pytest
 import yaml
 from customresources import crd_names, remove_crds, served
 from jobs import condition, make_job, queue_manifest, rest_requests
-from summary_notes import STAND_IN
+from summary_notes import KUEUE, STAND_IN
 from testbed import REPO, Cluster, cache_dir, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
@@ -701,6 +701,7 @@ def workload_as_kueue_makes_it(cluster: Cluster, ns: str, job: dict[str, Any]) -
     return name
 
 
+@pytest.mark.stand_in(KUEUE)  # the test plays Kueue
 @pytest.mark.usefixtures("scheduler_apis")
 class TestKueueContract:
     """The controller's side of the contract with Kueue, with the test making Kueue's moves itself

@@ -8,7 +8,8 @@ The manifests are never changed. What a cluster needs for them, provided here as
   parent KAI Queue `default` that gpu-training-queue names, and a scheduler answering to
   `kai-scheduler`: the test bed's own kube-scheduler started with one profile of that name. It is a
   stand-in — it places pods one by one, without KAI's gang scheduling; the PodGroup the controller
-  makes for KAI is asserted, not enforced;
+  makes for KAI is asserted, not enforced. The run's summary lists the tests on either stand-in
+  under "stand-ins" (test/summary_notes.py);
 - nodes for h100-training: four extra kwok nodes carrying its nodeSelector label
   (`gpu.nvidia.com/class: H100`), 8 GPUs and a little more than its 128 CPUs and 1024Gi (the
   test bed's nodes have 96 CPUs) — and nothing else: `nodeResources.gpuType: h100-80gb` is
@@ -39,6 +40,7 @@ import pytest
 import yaml
 from customresources import crd_names, remove_crds
 from jobs import condition
+from summary_notes import KAI_CRDS, KAI_SCHEDULER, STAND_IN, stand_in
 from testbed import REPO, Cluster, wait_until
 from uploads import archive, pod_running, upload
 
@@ -110,8 +112,9 @@ def kai_scheduler_standin(cluster: Cluster, workdir: Path) -> subprocess.Popen[b
 
 
 @pytest.fixture(scope="module")
-def seed_cluster(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """What the seed manifests need from a cluster (module docstring), and its seed queues."""
+def seed_cluster(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """What the seed manifests need from a cluster (module docstring), and its seed queues; yields
+    where KAI's CRDs came from (scheduler-crds.sh's SOURCE line)."""
     proc = subprocess.run(
         [str(REPO / "hack" / "testbed" / "scheduler-crds.sh"), "kai"],
         capture_output=True,
@@ -136,7 +139,7 @@ def seed_cluster(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPath
     for name in QUEUE_FILES:
         cluster.apply((SEEDS / name).read_text())  # verbatim
     try:
-        yield
+        yield (kai_dir / "SOURCE").read_text().strip()
     finally:
         cluster.kubectl(
             "delete", "torchrunqueue", *SEED_QUEUES, "gpu-queue", "--ignore-not-found", check=False
@@ -153,6 +156,17 @@ def seed_cluster(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPath
             remove_crds(cluster, installed)
 
 
+@pytest.fixture(autouse=True)
+def kai_crds_stand_in(request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> None:
+    """A test on the seed cluster runs against the KAI CRDs it serves: the stand-in's, when
+    KAI's module is refused, and the run's summary lists the test under it."""
+    if "seed_cluster" not in request.fixturenames:
+        return
+    source = request.getfixturevalue("seed_cluster")
+    if source.startswith("stand-in"):
+        record_property(STAND_IN, stand_in(KAI_CRDS, source))
+
+
 def tj(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
     return cluster.get("torchrunjob", name, "-n", ns)
 
@@ -164,7 +178,7 @@ def with_reason(cluster: Cluster, ns: str, name: str, ctype: str, reason: str) -
 
 
 def test_the_seed_queues_are_ready(
-    cluster: Cluster, seed_cluster: None, start_controller: Callable[..., App]
+    cluster: Cluster, seed_cluster: str, start_controller: Callable[..., App]
 ) -> None:
     start_controller()
     for name in SEED_QUEUES:
@@ -181,9 +195,10 @@ def test_the_seed_queues_are_ready(
     assert cluster.get("queues.scheduling.run.ai", "gpu-h100-queue")["metadata"]["name"] == "gpu-h100-queue"
 
 
+@pytest.mark.stand_in(KAI_SCHEDULER)  # two of the three jobs are on kai-scheduler queues
 def test_the_seed_jobs_as_written_wait_for_their_upload_then_run(
     cluster: Cluster,
-    seed_cluster: None,
+    seed_cluster: str,
     namespace: str,
     start_controller: Callable[..., App],
 ) -> None:
@@ -239,9 +254,10 @@ def test_the_seed_jobs_as_written_wait_for_their_upload_then_run(
     assert "write that instead" in deprecated[0]["message"] and "{source: upload}" in deprecated[0]["message"]
 
 
+@pytest.mark.stand_in(KAI_SCHEDULER)
 @pytest.mark.parametrize("name", ["training-job", "vit-training"])
 def test_the_seed_etcd_v2_jobs_run_with_the_code_in_the_image(
-    cluster: Cluster, seed_cluster: None, namespace: str, start_controller: Callable[..., App], name: str
+    cluster: Cluster, seed_cluster: str, namespace: str, start_controller: Callable[..., App], name: str
 ) -> None:
     file, nodes, gpus = JOBS[name]
     (manifest,) = docs(file)

@@ -11,7 +11,8 @@ until it answers a real request) and stopped afterwards:
   with the same Python (the authenticated case: git sends credentials only after a 401);
 - moto's S3 server (`python -m moto.server`, the `moto[server]` test extra), with its IAM
   authentication switched on once the fixtures are in place, so unknown keys, wrong secrets and a
-  user without a policy are really refused.
+  user without a policy are really refused. moto stands in for Amazon S3: every s3 test is listed
+  under it in the run's summary ("stand-ins", test/summary_notes.py).
 Not covered by a server here: logging in over ssh with a key (no sshd on this machine). The ssh
 tests check the wiring instead: the command git is given, the private copy of the key that ssh's
 own loader accepts (and the Secret's group-readable file it refuses), no prompt, and ssh's own
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from summary_notes import AMAZON_S3
 from testbed import REPO, wait_until
 
 from controller.sync import layout
@@ -750,6 +752,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
         server.stop()
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 @pytest.mark.parametrize("key", ["releases/v1.tar.gz", "releases/v1.tgz", "releases/v1.tar"])
 def test_s3_archive_object_is_extracted(tmp_path: Path, s3: S3, key: str) -> None:
     run = sync_fetch(tmp_path, 0, "--source", "s3", "--uri", f"s3://{BUCKET}/{key}", **s3.env())
@@ -762,6 +765,7 @@ def test_s3_archive_object_is_extracted(tmp_path: Path, s3: S3, key: str) -> Non
     assert run.termination["sha256"] == digest
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 def test_s3_prefix_is_copied_object_by_object(tmp_path: Path, s3: S3) -> None:
     run = sync_fetch(tmp_path, 0, "--source", "s3", "--uri", f"s3://{BUCKET}/tree/", **s3.env())
     gen = assert_synced(run, 0, "s3")
@@ -772,6 +776,7 @@ def test_s3_prefix_is_copied_object_by_object(tmp_path: Path, s3: S3) -> None:
     assert (mode(gen / "train.py"), mode(gen / "empty")) == (0o644, 0o755)
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 @pytest.mark.parametrize(
     ("uri", "fragment"),
     [
@@ -786,6 +791,7 @@ def test_s3_missing_objects_are_s3_fetch_failed(tmp_path: Path, s3: S3, uri: str
     assert_failed(run, 0, "S3FetchFailed", uri, fragment)
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 @pytest.mark.parametrize("who", ["unknown key", "wrong secret", "no policy"])
 def test_s3_refused_credentials_are_s3_fetch_failed(tmp_path: Path, s3: S3, who: str) -> None:
     keys = {
@@ -799,6 +805,7 @@ def test_s3_refused_credentials_are_s3_fetch_failed(tmp_path: Path, s3: S3, who:
     assert "not-the-secret" not in message + run.stdout + run.stderr
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 def test_s3_unreachable_endpoint_is_s3_fetch_failed(tmp_path: Path, s3: S3) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     uri = f"s3://{BUCKET}/releases/v1.tar.gz"
@@ -806,6 +813,7 @@ def test_s3_unreachable_endpoint_is_s3_fetch_failed(tmp_path: Path, s3: S3) -> N
     assert_failed(run, 0, "S3FetchFailed", uri, f"cannot reach {endpoint}")
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 @pytest.mark.parametrize(
     ("uri", "fragment"),
     [
@@ -823,6 +831,7 @@ def test_s3_hostile_content_is_invalid_archive(tmp_path: Path, s3: S3, uri: str,
     assert not (tmp_path / "outside.txt").exists() and not (run.workspace / "outside.txt").exists()
 
 
+@pytest.mark.stand_in(AMAZON_S3)
 def test_s3_limits_hold_for_archives_and_prefixes(tmp_path: Path, s3: S3) -> None:
     for uri in (f"s3://{BUCKET}/releases/v1.tar.gz", f"s3://{BUCKET}/tree/"):
         where = tmp_path / uri.rpartition("/")[2].replace(".", "-")

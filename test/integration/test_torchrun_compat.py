@@ -18,7 +18,7 @@ The torchruns (installed by hack/testbed/torchrun-versions.sh, which hack/test.s
   are loaded as they are, with the torch modules run.py imports for other purposes (logging specs,
   the launcher, NUMA binding, rendezvous config parsing) replaced by inert stubs: the argument
   parser and `parse_min_max_nnodes`/`determine_local_world_size` run unmodified; nothing compiled
-  is loaded.
+  is loaded. A stand-in for torch 2.15's torchrun: its test is listed under it in the run's summary.
 The etcd is hack/testbed/build-etcd-v2.sh's, built from the Go module proxy at ETCD_V2_VERSION,
 the tag of the managed etcd's default image. A missing tool fails these tests, never skips them.
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from summary_notes import TORCH_PARSER
 from testbed import REPO, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
@@ -283,6 +284,7 @@ def test_torch_1_13_parses_the_exact_launch(torchruns: dict[str, str], name: str
     assert config["cmd_args"][-len(case.want["training_script_args"]) :] == case.want["training_script_args"]
 
 
+@pytest.mark.stand_in(TORCH_PARSER)
 @pytest.mark.parametrize("name", list(CASES))
 def test_current_torch_parses_the_exact_launch(torchruns: dict[str, str], name: str) -> None:
     case = CASES[name]
