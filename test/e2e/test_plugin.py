@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import time
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 import yaml
@@ -272,7 +272,7 @@ def test_submit_uploads_through_exec_follows_rank_0_and_exits_with_the_outcome(
     assert proc.stderr.strip().endswith("job train succeeded")
 
     job = tj(cluster, namespace, "train")
-    assert job["spec"]["workspace"] == {"source": "upload"} or job["spec"]["workspace"]["source"] == "upload"
+    assert job["spec"]["workspace"]["source"] == "upload"
     assert job["spec"]["overrides"]["env"] == [{"name": "LR", "value": "0.1"}]
     assert (job["status"]["workspaceGeneration"], job["status"]["workspaceSha256"]) == (0, expected_sha)
     tree = workspace_volume(cluster, namespace, "train") / "generations" / "0"
@@ -337,12 +337,32 @@ def test_sync_of_the_same_tree_sends_nothing_and_a_change_rolls_the_workers(
     assert again.stderr == "nothing changed: job train already runs this tree (generation 1)\n"
 
 
+class OutputLines:
+    """The lines a running process prints on stdout, read as they come (a thread)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def all(self) -> list[str]:
+        """Every line, once the process closed its stdout."""
+        self._reader.join(timeout=30)
+        assert not self._reader.is_alive(), "stdout still open"
+        return list(self.lines)
+
+
 def cri_line(text: str) -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')} stdout F {text}\n"
 
 
 def test_logs_all_follows_every_rank_with_its_prefix_and_stops_when_the_job_ends(
-    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any, tmp_path: Path
 ) -> None:
     write(project, {"train.py": "print(1)\n"})
     q = queue("succeed", "12s", **{"kwok.torchrun.ai/logs": "hello"})
@@ -368,14 +388,17 @@ def test_logs_all_follows_every_rank_with_its_prefix_and_stops_when_the_job_ends
         90,
         message="2 workers running",
     )
-    follow = subprocess.Popen(
-        [str(PLUGIN), "-n", namespace, "logs", "train", "--all", "--follow"],
-        cwd=project,
-        env=plugin_env(cluster),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    errors = tmp_path / "follow.err"
+    with errors.open("w") as stderr:
+        follow = subprocess.Popen(
+            [str(PLUGIN), "-n", namespace, "logs", "train", "--all", "--follow"],
+            cwd=project,
+            env=plugin_env(cluster),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    printed = OutputLines(follow)
     rank1 = next(
         p for p in pods if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1"
     )
@@ -384,12 +407,13 @@ def test_logs_all_follows_every_rank_with_its_prefix_and_stops_when_the_job_ends
         cluster.run_dir / "node-agent" / "pods" / f"{namespace}_{meta['name']}_{meta['uid']}" / "torchrun.log"
     )
     wait_until(lambda: log_file.exists() and log_file.stat().st_size > 0, 30, message="rank 1 log file")
-    time.sleep(1)  # the follower attaches on its first refresh; kubelet-style follow then tails the file
+    # rank 1's history printed: its follow stream is open (one stream per pod, attached once), so
+    # a line written only now can reach the output through that stream alone, never as history
+    wait_until(lambda: "[rank 1] hello" in printed.lines, 60, message="the follower to print rank 1's log")
     with log_file.open("a") as f:
         f.write(cri_line("written while following"))
-    out, err = follow.communicate(timeout=120)
-    assert follow.returncode == 0, err
-    lines = out.splitlines()
+    assert follow.wait(timeout=120) == 0, errors.read_text()
+    lines = printed.all()
     assert sorted(line.split("] ")[0] + "]" for line in lines if line.endswith("hello")) == [
         "[rank 0]",
         "[rank 1]",
