@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
@@ -22,6 +23,28 @@ def crd_names(directory: Path) -> list[str]:
 
 def served(cluster: Cluster, crd: str) -> bool:
     return cluster.kubectl("get", "crd", crd, check=False).returncode == 0
+
+
+def api_served(cluster: Cluster, group_version: str) -> bool:
+    """Discovery serves `group_version`, asked as the controller asks (`GET /apis/<gv>`)."""
+    return cluster.kubectl("get", "--raw", f"/apis/{group_version}", check=False).returncode == 0
+
+
+def crds_of_groups(cluster: Cluster, groups: Collection[str]) -> list[str]:
+    """The installed CRDs of these API groups."""
+    return [c["metadata"]["name"] for c in cluster.get("crd")["items"] if c["spec"]["group"] in groups]
+
+
+def release_instances(cluster: Cluster, crds: list[str]) -> None:
+    """Take the finalizers off every object of these CRDs: with the controller that set them gone
+    (a scheduler that no longer runs), they would hold the objects, and so the CRDs, forever."""
+    unset = json.dumps({"metadata": {"finalizers": None}})
+    for crd in crds:
+        for item in cluster.get(crd, "-A")["items"]:
+            meta = item["metadata"]
+            if meta.get("finalizers"):
+                ns = ["-n", meta["namespace"]] if meta.get("namespace") else []
+                cluster.kubectl("patch", crd, meta["name"], *ns, "--type=merge", "-p", unset, check=False)
 
 
 def remove_crds(cluster: Cluster, names: list[str], timeout: float = 420) -> None:

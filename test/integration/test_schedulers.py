@@ -5,9 +5,10 @@ Each scheduler's CRDs come from its own Go module (hack/testbed/scheduler-crds.s
 module is not served by the proxy, so its CRDs are a stand-in typed exactly from the fields we
 write (`TestKaiCrdContract` shows it refuses anything else; every KAI test is listed under
 "stand-ins" in the run's summary). The tests of missing schedulers and invalid queues run first,
-on a control plane without them; then they are installed once for the rest of this module and
-removed again at its end (waiting until the API server no longer serves them), so the shared
-control plane is left as it was found.
+on a control plane without them (`no_scheduler_apis` removes any scheduler CRDs an earlier module
+or run left, so no other module's order matters); then they are installed once for the rest of
+this module and removed again at its end (waiting until the API server no longer serves them), so
+the shared control plane is left without them.
 What runs: kube-scheduler, and the real Kueue in `TestRealKueue` (built from its module by
 hack/testbed/build-kueue.sh; it skips, saying so, when not built). No KAI, coscheduling or Volcano
 scheduler runs, so their tests prove objects and linkage (the PodGroup, its owner, how the pods
@@ -30,7 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
-from customresources import crd_names, remove_crds, served
+from customresources import api_served, crd_names, crds_of_groups, release_instances, remove_crds, served
 from jobs import condition, make_job, queue_manifest, rest_requests
 from summary_notes import KUEUE, STAND_IN
 from testbed import REPO, Cluster, cache_dir, pins, wait_until
@@ -40,6 +41,7 @@ from controller.cmd.main import App
 from controller.rest import RESTClient
 from controller.rest.errors import ApiError
 from controller.torchrunjob.manifests.podgroup import KAI_POD_GROUPS, build_pod_group
+from controller.torchrunqueue.controller import SCHEDULER_APIS
 from controller.torchrunqueue.kaiqueue import build_kai_queue
 
 CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"
@@ -75,6 +77,25 @@ def scheduler_apis(cluster: Cluster, scheduler_crds: dict[str, Path]) -> Iterato
         yield {k: (d / "SOURCE").read_text().strip() for k, d in scheduler_crds.items()}
     finally:
         remove_crds(cluster, names)
+
+
+@pytest.fixture(scope="module")
+def no_scheduler_apis(cluster: Cluster) -> None:
+    """No scheduler's API is served when the tests of missing schedulers start, whatever ran before
+    on this control plane: scheduler CRDs that an earlier module (or an interrupted run) left are
+    removed here, their objects' finalizers first (no scheduler runs to release them), and
+    discovery is waited on until it no longer serves any API a scheduler needs. Nothing to do,
+    and no time spent, on a control plane that has none."""
+    versions = [gv for apis, _ in SCHEDULER_APIS.values() for gv in apis]
+    left = crds_of_groups(cluster, {gv.split("/")[0] for gv in versions})
+    if left:
+        release_instances(cluster, left)
+        remove_crds(cluster, left)
+    wait_until(
+        lambda: not [gv for gv in versions if api_served(cluster, gv)],
+        60,
+        message="no scheduler API served",
+    )
 
 
 @pytest.fixture
@@ -213,8 +234,10 @@ def force_passes(app: App, cluster: Cluster, controller: str, kind: str, name: s
 # -- no scheduler installed ----------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("no_scheduler_apis")
 class TestMissingSchedulers:
-    """Runs before any scheduler CRD is installed: a missing scheduler is a condition, not a crash."""
+    """Runs before this module installs any scheduler CRD, and after `no_scheduler_apis` removed
+    any that ran before left: a missing scheduler is a condition, not a crash."""
 
     def test_each_missing_scheduler_is_reported_and_its_jobs_wait(
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
@@ -317,8 +340,10 @@ def zero_counts() -> dict[str, int]:
 # -- a scheduler installed after the controller started ------------------------------------------
 
 
+@pytest.mark.usefixtures("no_scheduler_apis")
 class TestSchedulerInstalledLater:
-    """Runs before the scheduler CRDs are installed: this test installs them itself, mid-way."""
+    """Runs before the scheduler CRDs are installed (and after `no_scheduler_apis`): this test
+    installs them itself, mid-way."""
 
     def test_pod_group_api_installed_later_is_picked_up_and_read_from_a_cache(
         self,
@@ -342,9 +367,10 @@ class TestSchedulerInstalledLater:
         pg = wait_until(lambda: get_or_none(cluster, crd, "train", "-n", namespace), 60, message="PodGroup")
         tj = cluster.get("torchrunjob", "train", "-n", namespace)
         assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
-        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        # its pods are made (no scheduler-plugins runs in this module to place them: test_gang.py)
+        wait_until(lambda: len(worker_pods(cluster, namespace)) == 2, 60, message="the worker pods")
 
-        # a running job's passes read its PodGroup from the informer started just now, not the API
+        # the job's passes read its PodGroup from the informer started just now, not the API
         before = reads(app, crd)
         force_passes(app, cluster, "torchrunjob", "torchrunjob", "train", "-n", namespace)
         assert reads(app, crd) == before
@@ -796,9 +822,9 @@ class TestCoschedulingAndVolcano:
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
     ) -> None:
         """Objects and linkage only: the scheduler-plugins PodGroup (minMember = nodes, owned by the
-        TorchrunJob) and the pods' `scheduling.x-k8s.io/pod-group` label. The coscheduling plugin
-        does not run here: kube-scheduler places the pods one by one (which is why they run), so
-        nothing shows all-or-nothing placement."""
+        TorchrunJob), the pods' `scheduling.x-k8s.io/pod-group` label and scheduler name. No
+        scheduler-plugins runs in this module, so the pods stay unplaced; test_gang.py runs it and
+        shows the placement."""
         queue = make_queue(scheduling={"scheduler": "coscheduling"})
         start_controller()
         make_job(cluster, namespace, queue, numNodes=3)
@@ -810,12 +836,11 @@ class TestCoschedulingAndVolcano:
         tj = cluster.get("torchrunjob", "train", "-n", namespace)
         assert pg["spec"]["minMember"] == 3
         assert controller_owner(pg) == ("TorchrunJob", tj["metadata"]["uid"])
-        # kube-scheduler places them, one by one: the pods run, but not as a gang
-        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
-        pods = worker_pods(cluster, namespace)
-        assert len(pods) == 3 and all(
-            p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "train" for p in pods
-        )
+        pods = wait_until(lambda: len(p := worker_pods(cluster, namespace)) == 3 and p, 60, message="pods")
+        for pod in pods:
+            assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "train"
+            assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+            assert not pod["spec"].get("nodeName")  # nothing serves that scheduler name here
 
     def test_an_earlier_jobs_pod_group_is_waited_out_without_polling(
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
@@ -874,7 +899,8 @@ class TestCoschedulingAndVolcano:
             message="the new job's PodGroup",
         )
         assert pg["metadata"]["ownerReferences"][0]["uid"] == tj["metadata"]["uid"]
-        job_condition(cluster, namespace, "Running", "AllWorkersRunning")
+        # the job goes on: its pods are made (placing them is test_gang.py's, with scheduler-plugins)
+        wait_until(lambda: len(worker_pods(cluster, namespace)) == 2, 60, message="the worker pods")
 
     def test_a_foreign_pod_group_is_never_used_and_the_job_says_so(
         self, cluster: Cluster, namespace: str, make_queue: Maker, start_controller: Callable[..., App]
