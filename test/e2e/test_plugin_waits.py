@@ -29,8 +29,6 @@ from testbed import Cluster, controller_program, wait_until
 
 from controller.api import parse_time
 
-pytestmark = pytest.mark.integration  # needs the local control plane
-
 WORKERS = "torchrun.ai/role=worker"
 
 
