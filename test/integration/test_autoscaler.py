@@ -3,22 +3,28 @@
 One story, each step waited for on the objects' own state: an elastic job (1..4 nodes of 8 GPUs)
 starts beside a 2-node rigid job and grows into the one free node; when the rigid job finishes it
 grows into the two nodes it freed, one node per pass; a second rigid job of 2 nodes then finds no
-room (`Running=False Unschedulable`), so the elastic job shrinks back, highest node ranks first,
-and the rigid job runs. The elastic job is never restarted as a whole: its worker Job stays the
-same object, with no failed index, and the shrink evicts exactly the pods of ranks 3 and 2.
+room (`Running=False Unschedulable`, for want of GPUs: read off a watch of the jobs, in the API
+server's order, before the elastic job's first shrink), so the elastic job shrinks back, highest
+node ranks first, and the rigid job runs. The elastic job is never restarted as a whole: its
+worker Job stays the same object, with no failed index, and the shrink evicts exactly the pods of
+ranks 3 and 2.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, wait_until
 
+from controller.api.resources import TORCHRUNJOBS
 from controller.cmd.main import App
+from controller.rest import RESTClient
 
 EVENT = re.compile(r"^(\d)→(\d) nodes, cluster GPU load (\d\.\d\d) → (\d\.\d\d) \(nvidia\.com/gpu; .+\)$")
 
@@ -53,6 +59,36 @@ def running_pods(cluster: Cluster, ns: str, name: str) -> dict[int, str]:
     }
 
 
+@contextmanager
+def job_history(rest: RESTClient, ns: str) -> Iterator[list[dict[str, Any]]]:
+    """Every version of the namespace's TorchrunJobs, in the API server's order, from one watch
+    held open while the block runs: what happened first is read off the server's own sequence,
+    not guessed from polls or second-granular timestamps."""
+    history: list[dict[str, Any]] = []
+    stream = rest.watch(TORCHRUNJOBS, ns, allow_bookmarks=False)
+    thread = threading.Thread(target=lambda: history.extend(e.object for e in stream), daemon=True)
+    thread.start()
+    try:
+        yield history
+    finally:
+        whole = thread.is_alive()  # the watch had not ended (server timeout, silence, error) mid-way
+        stream.stop()
+        thread.join(10)
+    assert whole, "the watch ended before the block did: the history may have a gap"
+
+
+def first_version(history: list[dict[str, Any]], name: str, test: Callable[[dict[str, Any]], bool]) -> int:
+    """The position in `history` of the first version of job `name` that passes `test`."""
+    found = [i for i, job in enumerate(history) if job["metadata"]["name"] == name and test(job)]
+    assert found, f"no version of {name} in the history did"
+    return found[0]
+
+
+def unschedulable(job: dict[str, Any]) -> bool:
+    running = condition(job, "Running") or {}
+    return (running.get("status"), running.get("reason")) == ("False", "Unschedulable")
+
+
 def resize_events(cluster: Cluster, ns: str, name: str) -> list[tuple[str, int, int, float, float]]:
     items = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={name}")["items"]
     out = []
@@ -66,7 +102,7 @@ def resize_events(cluster: Cluster, ns: str, name: str) -> list[tuple[str, int, 
 
 
 def test_an_elastic_job_grows_into_freed_nodes_and_shrinks_for_rigid_work(
-    cluster: Cluster, namespace: str, start_controller: Callable[..., App]
+    cluster: Cluster, namespace: str, rest: RESTClient, start_controller: Callable[..., App]
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     forever, short = f"run-{tag}", f"done-{tag}"
@@ -99,12 +135,16 @@ def test_an_elastic_job_grows_into_freed_nodes_and_shrinks_for_rigid_work(
     ]
 
     # rigid work that finds no room: the elastic job shrinks back, and the rigid job runs
-    make_job(cluster, namespace, forever, "second", numNodes=2)
-    wait_until(lambda: size_is(cluster, namespace, "second", 2), 90, message="the second rigid job runs")
-    wait_until(lambda: size_is(cluster, namespace, "elastic", 2), 30, message="elastic back at 2 nodes")
-    second = tj(cluster, namespace, "second")
-    waited = [c for c in [condition(second, "Running")] if c]
-    assert waited and waited[0]["status"] == "True"
+    with job_history(rest, namespace) as history:
+        make_job(cluster, namespace, forever, "second", numNodes=2)
+        wait_until(lambda: size_is(cluster, namespace, "second", 2), 90, message="the second rigid job runs")
+        wait_until(lambda: size_is(cluster, namespace, "elastic", 2), 30, message="elastic back at 2 nodes")
+    # the rigid job really waited, Unschedulable for want of GPUs, before the elastic job shrank
+    waited = first_version(history, "second", unschedulable)
+    shrank = first_version(history, "elastic", lambda j: (j.get("status") or {}).get("desiredNodes", 4) < 4)
+    assert waited < shrank, f"the elastic job shrank (event {shrank}) before the rigid job waited ({waited})"
+    why = (condition(history[waited], "Running") or {})["message"]
+    assert "Insufficient nvidia.com/gpu" in why, why
 
     events = resize_events(cluster, namespace, "elastic")
     assert [(r, a, b) for r, a, b, _, _ in events] == [
