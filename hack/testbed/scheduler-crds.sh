@@ -4,7 +4,8 @@
 # copied into the cache outside the repository, never committed. Once per pin; a warm run is free.
 #
 #   kueue         sigs.k8s.io/kueue                   config/components/crd/bases/*.yaml
-#   coscheduling  sigs.k8s.io/scheduler-plugins       config/crd/bases/scheduling.x-k8s.io_podgroups.yaml
+#   coscheduling  sigs.k8s.io/scheduler-plugins       config/crd/bases/scheduling.x-k8s.io_{podgroups,elasticquotas}.yaml
+#                 (its PodGroup controller also watches ElasticQuotas, and exits without their CRD)
 #   volcano       volcano.sh/apis                     scheduling/v1beta1 types -> controller-gen, with the
 #                 options of Volcano's own `make manifests` (volcano.sh/volcano, which holds the
 #                 generated YAML, is not served by the proxy; its types module is)
@@ -49,7 +50,8 @@ crds_kueue() {
 crds_coscheduling() {
   local dir; dir=$(module_dir sigs.k8s.io/scheduler-plugins "$SCHEDULER_PLUGINS_VERSION")
   copy_crds "$1" "module sigs.k8s.io/scheduler-plugins@$SCHEDULER_PLUGINS_VERSION" \
-    "$dir/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"
+    "$dir/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml" \
+    "$dir/config/crd/bases/scheduling.x-k8s.io_elasticquotas.yaml"
 }
 
 controller_gen() {
@@ -106,7 +108,9 @@ main() {
   for name in "${names[@]}"; do
     out="$OUT_ROOT/$name-$(version_of "$name")"
     # a stand-in is re-tried on every run, in case the proxy serves the module by now
-    if [ ! -f "$out/SOURCE" ] || grep -q '^stand-in' "$out/SOURCE"; then
+    # (and a coscheduling copy from before it held the ElasticQuota CRD is made again)
+    if [ ! -f "$out/SOURCE" ] || grep -q '^stand-in' "$out/SOURCE" \
+      || { [ "$name" = coscheduling ] && [ ! -f "$out/scheduling.x-k8s.io_elasticquotas.yaml" ]; }; then
       "crds_$name" "$out"
     fi
     echo "$name=$out"
