@@ -91,16 +91,21 @@ def worker_outcome(worker_job: Mapping[str, Any] | None) -> Outcome | None:
 
 
 def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The scheduler's message for the first worker pod it cannot place, if any."""
-    for pod in pods:
+    """The scheduler's words for the worker pods it cannot place, if any: each distinct message
+    once, after the first pod (by name) it was written on, `; `-separated. A gang scheduler turns
+    a gang's pods away with different words — the pod that did not fit says why, its siblings
+    only that they went with it (Coscheduling: "optimistic rejection in PostFilter") — so quoting
+    one pod could quote the echo and never the reason."""
+    said: dict[str, str] = {}
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
         for cond in (pod.get("status") or {}).get("conditions") or ():
             if (
                 cond.get("type") == "PodScheduled"
                 and cond.get("status") == "False"
                 and cond.get("reason") == "Unschedulable"  # kube-scheduler's reason
             ):
-                return f"pod {pod['metadata']['name']}: {cond.get('message') or 'unschedulable'}"
-    return None
+                said.setdefault(cond.get("message") or "unschedulable", pod["metadata"]["name"])
+    return "; ".join(f"pod {name}: {message}" for message, name in said.items()) or None
 
 
 def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes: Collection[int]) -> int:

@@ -14,8 +14,9 @@ from controller.torchrunjob.manifests.podgroup import (
     min_member,
     workload_active_patch,
 )
-from controller.torchrunjob.manifests.scheduling import creates_suspended
+from controller.torchrunjob.manifests.scheduling import COSCHEDULING_SCHEDULER_NAME, creates_suspended
 from controller.torchrunjob.manifests.worker import build_worker_job
+from controller.torchrunjob.status import unschedulable
 from controller.torchrunqueue.kaiqueue import build_kai_queue, kai_number, kai_queue_patch
 
 
@@ -95,14 +96,17 @@ def test_elastic_jobs_gang_on_their_minimum() -> None:
     assert min_member(resolve_topology(j.spec, q.spec.node_resources)) == 2
     _, pg = pod_group(j, q)
     assert pg["spec"]["minMember"] == 2
+    _, pg = pod_group(j, queue("coscheduling"))
+    assert pg["spec"] == {"minMember": 2}
 
 
 def test_coscheduling_and_volcano_pod_groups_and_links() -> None:
     api_version, pg = pod_group(job(), queue("coscheduling", scheduling={"priorityClassName": "train"}))
+    # minMember alone: no priority field there, no minResources (see manifests/podgroup.py)
     assert api_version == "scheduling.x-k8s.io/v1alpha1" and pg["spec"] == {"minMember": 2}
     pod = worker(job(), queue("coscheduling"))["spec"]["template"]
     assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "j"
-    assert "schedulerName" not in pod["spec"]
+    assert pod["spec"]["schedulerName"] == COSCHEDULING_SCHEDULER_NAME == "scheduler-plugins-scheduler"
 
     api_version, pg = pod_group(job(), queue("volcano", scheduling={"priorityClassName": "train"}))
     assert api_version == "scheduling.volcano.sh/v1beta1"
@@ -201,3 +205,20 @@ def test_kai_queue_patch_keeps_admin_fields_and_removes_a_dropped_parent() -> No
     assert kai_queue_patch(existing, desired) == {
         "spec": {"resources": {"gpu": desired["spec"]["resources"]["gpu"]}}
     }
+
+
+def test_a_gang_waiting_quotes_each_distinct_scheduler_message_once() -> None:
+    def pod(name: str, message: str) -> dict[str, Any]:
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        return {"metadata": {"name": name}, "status": {"conditions": [cond]}}
+
+    echo = "0/4 nodes are available: 4 optimistic rejection in PostFilter."
+    why = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. PodGroup ns/j gets rejected"
+    placed = {
+        "metadata": {"name": "j-3"},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
+    }
+    pods = [pod("j-2", echo), pod("j-4", why), placed, pod("j-0", echo)]
+    assert unschedulable(pods) == f"pod j-0: {echo}; pod j-4: {why}"
+    assert unschedulable([pod("j-1", why), pod("j-0", why)]) == f"pod j-0: {why}"
+    assert unschedulable([placed]) is None

@@ -5,8 +5,16 @@ scheduler's own kind (`scheduling.run.ai/v2alpha2`, `scheduling.x-k8s.io/v1alpha
 `scheduling.volcano.sh/v1beta1`), owned by the TorchrunJob, labelled
 `torchrun-job-name`/`torchrun.ai/role: worker`, with `minMember` = the nodes the job needs to
 start (`elastic.minNodes` for elastic jobs) and, where the kind has them, the queue and the
-priority class of the pods; None for schedulers without one. `drift` is the merge patch that
-brings only the fields written here back (the schedulers' status and fields stay theirs).
+priority class of the pods; None for schedulers without one. Coscheduling's carries
+`minMember` alone: with `minResources` its PreFilter refuses a gang that does not fit the cluster's
+free resources as a whole (`resource gap: ...`), but a pod refused there is retried only on a pod
+created or a PodGroup changed (Coscheduling's registered events), not when pods go away — in the
+test bed the second of two gangs still waited 2 minutes after the first had finished. Without it,
+a gang that does not fit fails kube-scheduler's own filters, which retry it as soon as pods go.
+`scheduleTimeoutSeconds` is left unset too: how long a partly placed gang may hold nodes at
+Permit is the scheduler's `permitWaitingTimeSeconds`, the cluster operator's setting.
+`drift` is the merge patch that brings only the fields written here back (the schedulers' status
+and fields stay theirs).
 `workload_active_patch` mirrors a job's suspend into its Kueue Workload's `spec.active`.
 """
 

@@ -14,8 +14,11 @@ Every name below was checked against the scheduler's own source:
   suspended and Kueue admits it by unsuspending it (see `podgroups.py` for how a user's suspend
   and Kueue's admission stay out of each other's way).
 - coscheduling (scheduler-plugins): pods labelled `scheduling.x-k8s.io/pod-group` (its
-  `PodGroupLabel`). The pods keep the cluster's default scheduler name: scheduler-plugins is run
-  as, or in place of, the default scheduler.
+  `PodGroupLabel`) and `schedulerName: scheduler-plugins-scheduler`, the name scheduler-plugins'
+  own "as a second scheduler" install gives its profile with the Coscheduling plugin: kube-scheduler
+  keeps every other pod, and a gang's pods are never split between two schedulers (kube-scheduler
+  knows no PodGroup and would place them one by one). A cluster's scheduler-plugins must serve its
+  Coscheduling profile under this name (the chart's default): the name is the contract.
 - volcano: `schedulerName: volcano`; pods annotated `scheduling.k8s.io/group-name` (Volcano's
   `KubeGroupNameAnnotationKey`).
 """
@@ -33,6 +36,7 @@ KAI_POD_GROUP_ANNOTATION = "pod-group-name"
 KAI_SKIP_POD_GROUPER_ANNOTATION = "kai.scheduler/skip-podgrouper"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 VOLCANO_SCHEDULER_NAME = "volcano"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 
@@ -71,7 +75,9 @@ def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
     if scheduler == Scheduler.KUEUE:
         return SchedulerFields(job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name})
     if scheduler == Scheduler.COSCHEDULING:
-        return SchedulerFields(pod_labels={COSCHEDULING_LABEL: group})
+        return SchedulerFields(
+            pod_labels={COSCHEDULING_LABEL: group}, scheduler_name=COSCHEDULING_SCHEDULER_NAME
+        )
     if scheduler == Scheduler.VOLCANO:
         return SchedulerFields(
             pod_annotations={VOLCANO_ANNOTATION: group}, scheduler_name=VOLCANO_SCHEDULER_NAME
