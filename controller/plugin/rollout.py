@@ -26,9 +26,9 @@ from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_worker_job, job_pods
 from controller.plugin.watch import Waiting, condition
+from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.status import unschedulable
 
-RELOAD_FAILED = "ReloadFailed"
 ENDED = ("Succeeded", "Failed")
 
 
@@ -43,7 +43,7 @@ def _not_in_use(job: JSON, generation: int) -> Waiting:
     """Generation `generation` is not in use yet: the WorkspaceReady condition says why."""
     ready = condition(job, JobConditionType.WORKSPACE_READY) or {}
     wanted = ((job.get("spec") or {}).get("workspace") or {}).get("generation", 0)
-    if ready.get("reason") == RELOAD_FAILED and wanted == generation:
+    if ready.get("reason") == Reason.RELOAD_FAILED.value and wanted == generation:
         raise PluginError(f"generation {generation} did not sync: {ready.get('message', '')}")
     said = f"{ready.get('reason', '')}: {ready.get('message', '')}".strip(": ")
     return Waiting(f"generation {generation} is not in use yet ({said or 'no word from the controller'})")
