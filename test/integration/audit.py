@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from testbed import Cluster, wait_until
 
@@ -63,3 +63,35 @@ def requests_to(cluster: Cluster, namespace: str, resource: str, name: str, verb
         and (ref(e).get("resource"), ref(e).get("namespace"), ref(e).get("name"), ref(e).get("subresource"))
         == (resource, namespace, name, None)
     ]
+
+
+class Request(NamedTuple):
+    """One kind of request, as the audit log records it: on which object, by which verb."""
+
+    group: str
+    resource: str  # "plural" or "plural/subresource"
+    verb: str
+    namespace: str
+    name: str
+
+
+def requests_by(cluster: Cluster, user: str) -> dict[Request, list[Event]]:
+    """Every resource request `user` sent so far, each kind with its events (hack/controlplane.sh
+    records the writes of every user and the reads of the deployed controller's ServiceAccount);
+    discovery has no objectRef and is left out."""
+    out: dict[Request, list[Event]] = {}
+    for event in events(cluster, user):
+        r = event.get("objectRef")
+        if event["user"]["username"] != user or not r:
+            continue
+        resource = r["resource"] + (f"/{r['subresource']}" if r.get("subresource") else "")
+        key = Request(
+            r.get("apiGroup", ""), resource, event["verb"], r.get("namespace", ""), r.get("name", "")
+        )
+        out.setdefault(key, []).append(event)
+    return out
+
+
+def decided(event: Event) -> str:
+    """The authorizer's decision on the request: "allow" or "forbid"."""
+    return str((event.get("annotations") or {}).get("authorization.k8s.io/decision"))

@@ -1,7 +1,9 @@
 """config/ on the real control plane: installed the way docs/install.md says, accepted by the
 kube-apiserver (Pod Security "restricted" included), and its RBAC is exactly what the controller
-needs — every need allowed, nothing else granted — proven last by running the controller process
-with the Deployment's own flags under the ServiceAccount's token.
+uses — proven by running the controller process with the Deployment's own flags under the
+ServiceAccount's token through every path its roles grant a verb for, then reading what it sent
+from the API server's audit log: every request granted, every grant used (or listed in
+UNUSED_GRANTS with why it cannot be here), and nothing dangerous granted.
 
 Everything created here is removed again (the control plane is shared by the whole session),
 the cluster-scoped RBAC, StorageClass and TorchrunQueue included.
@@ -17,21 +19,22 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import audit
 import pytest
 import yaml
-from testbed import REPO, Cluster, wait_until
+from audit import Request
+from testbed import REPO, Cluster, condition, wait_until
+from uploads import archive, pod_running, upload
 
 CONFIG = REPO / "config"
 NAMESPACE = "torchrun-system"
 SERVICE_ACCOUNT = "torchrun-controller"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"]
-CRUD = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 
 class Need(NamedTuple):
@@ -44,44 +47,6 @@ class Need(NamedTuple):
     namespace: str = ""
     name: str = ""
 
-
-# What the controller does, from the code. The ClusterRole and the Lease Role grant these and
-# nothing more (test_the_roles_grant_nothing_beyond_the_needs).
-NEEDS = [
-    Need("torchrun.ai", "torchrunjobs", ("get", "list", "watch"), "informer; GC confirms a job is gone"),
-    Need("torchrun.ai", "torchrunjobs", ("delete",), "ttlSecondsAfterFinished deletes the job"),
-    # status is written with PUT; PATCH on the status subresource is no more power than that
-    Need("torchrun.ai", "torchrunjobs/status", ("update", "patch"), "conditions, phase, workers"),
-    Need("torchrun.ai", "torchrunjobs/finalizers", ("update",), "blockOwnerDeletion on owned objects"),
-    Need("torchrun.ai", "torchrunqueues/finalizers", ("update",), "blockOwnerDeletion on owned KAI Queues"),
-    Need("torchrun.ai", "torchrunqueues", ("get", "list", "watch"), "informer"),
-    Need("torchrun.ai", "torchrunqueues/status", ("update", "patch"), "Ready, job counts"),
-    Need("batch", "jobs", CRUD, "the Indexed worker Job; restarts delete it; GC"),
-    Need("", "services", CRUD, "the headless Service; GC"),
-    Need("", "persistentvolumeclaims", CRUD, "workspace and checkpoint PVCs; GC"),
-    Need("", "pods", CRUD, "the sync pod; GC deletes orphans and force-deletes stuck pods"),
-    Need("", "pods/eviction", ("create",), "hot reload restarts the workers without counting a failure"),
-    Need("", "nodes", ("get",), "GC: is a stuck pod's node gone, NotReady or out of service"),
-    Need("", "nodes", ("list", "watch"), "autoscaler: the cluster's GPU load and free room, from a cache"),
-    Need("", "events", ("list",), "ClaimNotBound quotes the PVC's Events"),
-    Need("", "events", ("create", "patch"), "EventRecorder creates, then bumps count"),
-    Need("events.k8s.io", "events", ("create", "patch"), "the same Events through events.k8s.io/v1"),
-    Need("storage.k8s.io", "storageclasses", ("get", "list", "watch"), "a queue's StorageClasses exist"),
-    Need("scheduling.run.ai", "queues", CRUD, "KAI Queue per TorchrunQueue"),
-    Need("scheduling.run.ai", "podgroups", CRUD, "KAI PodGroup per job"),
-    Need("scheduling.x-k8s.io", "podgroups", CRUD, "coscheduling PodGroup per job"),
-    Need("scheduling.volcano.sh", "podgroups", CRUD, "Volcano PodGroup per job"),
-    Need("kueue.x-k8s.io", "workloads", ("list", "watch", "patch"), "informer; suspend sets spec.active"),
-    Need("coordination.k8s.io", "leases", ("create",), "--leader-elect creates the Lease", NAMESPACE),
-    Need(
-        "coordination.k8s.io",
-        "leases",
-        ("get", "update"),
-        "--leader-elect renews and releases it",
-        NAMESPACE,
-        "torchrun-controller",
-    ),
-]
 
 # What it must not be able to do (a token leak must not become a cluster takeover).
 DENIED = [
@@ -193,16 +158,6 @@ def test_config_is_accepted_and_meets_pod_security_restricted(
     assert "configmap/torchrun-controller-dashboard" in out.stdout
 
 
-def test_the_service_account_may_do_everything_the_controller_does(
-    cluster: Cluster, installed: subprocess.CompletedProcess[str]
-) -> None:
-    answers = allowed(cluster, NEEDS)
-    denied = [
-        f"{verb} {need.resource}.{need.group} ({need.why})" for (need, verb), ok in answers.items() if not ok
-    ]
-    assert not denied, denied
-
-
 def test_the_service_account_may_do_nothing_dangerous(
     cluster: Cluster, installed: subprocess.CompletedProcess[str]
 ) -> None:
@@ -246,14 +201,6 @@ def rules(objects: list[dict[str, Any]]) -> set[tuple[str, str, str, str, str]]:
     return granted
 
 
-def test_the_roles_grant_nothing_beyond_the_needs(cluster: Cluster) -> None:
-    granted = rules(render(cluster, CONFIG))
-    assert not any("*" in g for g in granted), "no wildcards"
-    needed = {(n.namespace, n.group, n.resource, v, n.name) for n in NEEDS for v in n.verbs}
-    assert granted - needed == set(), "granted but not needed"
-    assert needed - granted == set(), "needed but not granted"
-
-
 # -- the controller itself, as its ServiceAccount ------------------------------------------------
 
 
@@ -289,84 +236,360 @@ def scrape(port: int) -> str:
         return str(resp.read().decode())
 
 
-class Request(NamedTuple):
-    """One kind of request, as the API server's audit log records it."""
+class Grant(NamedTuple):
+    """One verb on one resource that a Role or ClusterRole of config/ grants."""
 
+    namespace: str  # "" for a ClusterRole's: every namespace
     group: str
     resource: str  # "plural" or "plural/subresource"
     verb: str
-    namespace: str
-    name: str
+    name: str  # "" for any name
 
+    @property
+    def kind(self) -> tuple[str, str, str]:
+        return self.group, self.resource, self.verb
 
-def requests_by(cluster: Cluster, user: str) -> dict[Request, list[dict[str, Any]]]:
-    """Every resource request `user` sent, from the audit log (hack/controlplane.sh records the
-    writes of every user and the reads of this ServiceAccount); discovery has no objectRef."""
-    out: dict[Request, list[dict[str, Any]]] = {}
-    for event in audit.events(cluster, user):
-        ref = event.get("objectRef")
-        if event["user"]["username"] != user or not ref:
-            continue
-        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        key = Request(
-            ref.get("apiGroup", ""), resource, event["verb"], ref.get("namespace", ""), ref.get("name", "")
+    def allows(self, request: Request) -> bool:
+        return (
+            self.kind == (request.group, request.resource, request.verb)
+            and self.namespace in ("", request.namespace)
+            and self.name in ("", request.name)
         )
-        out.setdefault(key, []).append(event)
-    return out
 
 
-def decided(event: dict[str, Any]) -> str:
-    """The authorizer's decision on the request: "allow" or "forbid"."""
-    return str((event.get("annotations") or {}).get("authorization.k8s.io/decision"))
+def grants(objects: list[dict[str, Any]]) -> set[Grant]:
+    return {Grant(*g) for g in rules(objects)}
 
 
-# What the scenario below must exercise at least, so an empty or misread audit log cannot pass.
-SURELY_EXERCISED = {
-    ("torchrun.ai", "torchrunjobs", "watch"),
-    ("torchrun.ai", "torchrunjobs", "delete"),
-    ("torchrun.ai", "torchrunjobs/status", "update"),
-    ("batch", "jobs", "create"),
-    ("", "services", "create"),
-    ("coordination.k8s.io", "leases", "update"),
+# The grants the run below cannot use, each with why. Every other grant must be used by it (the
+# audit log shows the request), and each grant listed here must be granted and unused: a grant
+# nobody uses and nobody explains fails, and so does an explanation that went stale.
+_NOT_INSTALLED = (
+    "the scheduler's CRDs are not installed in this module (test_schedulers.py installs them for its "
+    "own tests, and removing CRDs costs the API server minutes), so the controller never starts its "
+    "informer or writes these objects here"
+)
+UNUSED_GRANTS: dict[tuple[str, str, str], str] = {
+    **{
+        ("torchrun.ai", f"{kind}/finalizers", "update"): (
+            "lets the controller set blockOwnerDeletion on the owner references of what a "
+            f"{kind[:-1]} owns, on clusters running the OwnerReferencesPermissionEnforcement "
+            "admission plugin: checked at admission, never a request of its own"
+        )
+        for kind in ("torchrunjobs", "torchrunqueues")
+    },
+    ("", "nodes", "get"): (
+        "the garbage collector reads the node of a pod stuck terminating, only once its deletion is "
+        "60 s overdue (no flag shortens that); test_gc.py forces such a pass in-process"
+    ),
+    **{
+        (group, resource, verb): _NOT_INSTALLED
+        for group, resource, verbs in (
+            ("scheduling.run.ai", "queues", ("list", "watch", "create", "patch", "delete")),
+            ("scheduling.run.ai", "podgroups", ("get", "list", "watch", "create", "patch")),
+            ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch", "create", "patch")),
+            ("scheduling.volcano.sh", "podgroups", ("get", "list", "watch", "create", "patch")),
+            ("kueue.x-k8s.io", "workloads", ("list", "watch", "patch")),
+        )
+        for verb in verbs
+    },
 }
 
 
+def ungranted_uses(granted: set[Grant], used: Iterable[Request]) -> list[Request]:
+    """The requests no grant of config/ allows."""
+    return sorted(r for r in used if not any(g.allows(r) for g in granted))
+
+
+def unused_grants(
+    granted: set[Grant], used: Iterable[Request], explained: Mapping[tuple[str, str, str], str]
+) -> tuple[list[Grant], list[tuple[str, str, str]]]:
+    """(grants no request used and `explained` does not list, entries of `explained` that are not
+    granted or were used after all)."""
+    used = list(used)
+    idle = {g for g in granted if not any(g.allows(r) for r in used)}
+    unexplained = sorted(g for g in idle if g.kind not in explained)
+    idle_kinds = {g.kind for g in idle}
+    stale = sorted(k for k in explained if k not in idle_kinds or any(g.kind == k for g in granted - idle))
+    return unexplained, stale
+
+
 def check_rbac_against_the_audit_log(cluster: Cluster, note: Callable[[str, object], None]) -> None:
-    """Every request the ServiceAccount really sent (audit log) was allowed when sent and is
-    granted by the installed roles now (SubjectAccessReview, with its namespace and name); the
-    grants this run never used are reported as a note, not a failure."""
-    used = requests_by(cluster, USER)
-    kinds = {(r.group, r.resource, r.verb) for r in used}
-    missing = SURELY_EXERCISED - kinds
-    assert not missing, f"the audit log misses requests this run surely sent: {missing}; has {sorted(kinds)}"
+    """The roles of config/ are what the ServiceAccount used, no more and no less: every request
+    it really sent (audit log) was allowed when sent, is granted by config/'s roles and by the
+    authorizer now (SubjectAccessReview, with its namespace and name), and every grant was used
+    by one of those requests or is in UNUSED_GRANTS with why."""
+    used = audit.requests_by(cluster, USER)
+    assert used, "the audit log has no request of the ServiceAccount"
     refused = sorted(
-        {(r, decision) for r, events in used.items() for e in events if (decision := decided(e)) != "allow"}
+        {
+            (r, decision)
+            for r, events in used.items()
+            for e in events
+            if (decision := audit.decided(e)) != "allow"
+        }
     )
     assert not refused, f"requests the API server did not authorize: {refused}"
+    granted = grants(render(cluster, CONFIG))
+    assert not any("*" in field for g in granted for field in g), "no wildcards"
+    not_in_config = ungranted_uses(granted, used)
+    assert not not_in_config, f"the controller sent these, config/rbac grants them nowhere: {not_in_config}"
     needs = [Need(r.group, r.resource, (r.verb,), "audit log", r.namespace, r.name) for r in used]
-    answers = allowed(cluster, needs)
-    not_granted = sorted(
+    refused_now = sorted(
         f"{v} {n.resource}.{n.group} in {n.namespace or 'all'} {n.name}"
-        for (n, v), ok in answers.items()
+        for (n, v), ok in allowed(cluster, needs).items()
         if not ok
     )
-    assert not not_granted, f"the controller sent these, the roles do not grant them: {not_granted}"
-    unused = sorted(
-        {kind(group, resource, verb) for _, group, resource, verb, _ in rules(render(cluster, CONFIG))}
-        - {kind(*k) for k in kinds}
+    assert not refused_now, f"the controller sent these, the installed roles do not grant them: {refused_now}"
+    unexplained, stale = unused_grants(granted, used, UNUSED_GRANTS)
+    assert not unexplained, (
+        "config/rbac grants these and the controller never used them in this run: make the run use "
+        f"them, or drop them from config/rbac, or list them in UNUSED_GRANTS with why: {unexplained}"
     )
+    assert not stale, f"UNUSED_GRANTS lists grants that are not granted, or were used: {stale}"
+    kinds = sorted({f"{r.verb} {r.resource}" + (f".{r.group}" if r.group else "") for r in used})
     note(
         "note",
-        f"RBAC from the audit log: {len(kinds)} kinds of request sent, all granted:\n  "
-        + ", ".join(sorted(kind(*k) for k in kinds))
-        + f"\n{len(unused)} kinds granted but not sent by this one scenario (other paths: GC, "
-        "restarts, PVCs, other schedulers; finalizers are checked at admission, never sent):\n  "
-        + ", ".join(unused),
+        f"RBAC from the audit log: every grant of config/rbac used but {len(UNUSED_GRANTS)} listed in "
+        f"UNUSED_GRANTS; {len(kinds)} kinds of request sent, all granted:\n  " + ", ".join(kinds),
     )
 
 
-def kind(group: str, resource: str, verb: str) -> str:
-    return f"{verb} {resource}" + (f".{group}" if group else "")
+# -- what the controller is made to do, as its ServiceAccount --------------------------------------
+
+RUN = {"kwok.torchrun.ai/outcome": "run"}
+SUCCEED = {"kwok.torchrun.ai/outcome": "succeed", "kwok.torchrun.ai/duration": "2s"}
+FAIL = {
+    "kwok.torchrun.ai/outcome": "fail",
+    "kwok.torchrun.ai/duration": "1s",
+    "kwok.torchrun.ai/exit-code": "1",
+}
+SMALL = {"gpus": 1, "cpus": "4", "memory": "16Gi"}  # many fit on one node: no capacity waits
+NOWHERE = {"torchrun.ai/test-node": "none"}  # a pod with this nodeSelector is never scheduled
+
+
+class Run(NamedTuple):
+    """The namespace of the run and the queues it made: `done` (a StorageClass with no
+    provisioner, workers succeed), `forever` (the default StorageClass, workers run until
+    stopped), `failing` (workers fail with exit code 1)."""
+
+    namespace: str
+    done: str
+    forever: str
+    failing: str
+
+
+def queues(cluster: Cluster, namespace: str, suffix: str, storage_class: str) -> Run:
+    def queue(name: str, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+        body = {"nodeResources": SMALL, "image": "pytorch/pytorch:2.4.0", "podAnnotations": annotations}
+        meta = {"name": name}
+        return {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": meta,
+            "spec": {**body, **spec},
+        }
+
+    names = (f"cfg-{suffix}", f"cfg-{suffix}-run", f"cfg-{suffix}-fail")
+    cluster.apply(
+        [
+            queue(names[0], SUCCEED, storage={"workspace": {"storageClassName": storage_class}}),
+            queue(names[1], RUN),
+            queue(names[2], FAIL),
+        ]
+    )
+    return Run(namespace, *names)
+
+
+def submit(cluster: Cluster, ns: str, name: str, queue: str, **spec: Any) -> None:
+    body = {"jobQueue": queue, "numNodes": 1, "command": "python train.py", "workspace": {"source": "none"}}
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": name},
+            "spec": {**body, **spec},
+        },
+        ns,
+    )
+
+
+def reason_is(
+    cluster: Cluster, ns: str, job: str, ctype: str, reason: str, timeout: float = 60
+) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        obj = cluster.get("torchrunjob", job, "-n", ns)
+        return obj if (condition(obj, ctype) or {}).get("reason") == reason else None
+
+    found: dict[str, Any] = wait_until(reached, timeout, message=f"{job}: {ctype} {reason}")
+    return found
+
+
+def foreign(kind: str, name: str, **spec: Any) -> dict[str, Any]:
+    """An object of someone else's under a name a job's child takes: no label, no owner."""
+    api = {"Job": "batch/v1"}.get(kind, "v1")
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def pod_spec(**spec: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never", **spec}
+
+
+def claim_spec(storage_class: str) -> dict[str, Any]:
+    return {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": storage_class,
+    }
+
+
+def names_taken_by_others(cluster: Cluster, run: Run, storage_class: str) -> None:
+    """Each job finds a child's name taken by an object the controller's caches cannot see (they
+    select our label): its create is refused, one GET tells it the object is not its own, and the
+    job waits with Admitted=False NameConflict, the object untouched."""
+    ns = run.namespace
+    cluster.apply(
+        [
+            foreign("Service", "c-svc", clusterIP="None", ports=[{"port": 29400}]),
+            foreign("Job", "c-job", suspend=True, template={"spec": pod_spec()}),
+            foreign("PersistentVolumeClaim", "c-pvc-workspace", **claim_spec(storage_class)),
+            foreign("Pod", "c-pod-sync-0", **pod_spec(nodeSelector=NOWHERE)),
+        ],
+        ns,
+    )
+    submit(cluster, ns, "c-svc", run.done)
+    submit(cluster, ns, "c-job", run.done)
+    submit(cluster, ns, "c-pvc", run.done, workspace={"source": "upload"})
+    submit(cluster, ns, "c-pod", run.done, workspace={"source": "upload"})
+    taken = {"c-svc": "Service", "c-job": "Job", "c-pvc": "PersistentVolumeClaim", "c-pod": "Pod"}
+    for job, kind in taken.items():
+        waiting = reason_is(cluster, ns, job, "Admitted", "NameConflict")
+        assert f"{kind} {ns}/" in condition(waiting, "Admitted")["message"], job
+    for kind, name in (
+        ("service", "c-svc"),
+        ("job", "c-job"),
+        ("pvc", "c-pvc-workspace"),
+        ("pod", "c-pod-sync-0"),
+    ):
+        meta = cluster.get(kind, name, "-n", ns)["metadata"]
+        assert not meta.get("ownerReferences") and not meta.get("deletionTimestamp"), (kind, name)
+
+
+def an_unbound_claim_is_reported_with_its_events(cluster: Cluster, run: Run) -> None:
+    """--claim-bind-timeout=1: the workspace claim of a class with no provisioner is quoted with
+    its Events (a list of Events) in WorkspaceReady=False ClaimNotBound."""
+    submit(cluster, run.namespace, "unbound", run.done, workspace={"source": "upload"})
+    reason_is(cluster, run.namespace, "unbound", "WorkspaceReady", "ClaimNotBound")
+
+
+def an_elastic_job_grows_its_service_is_kept_and_it_is_suspended_twice(cluster: Cluster, run: Run) -> None:
+    """The autoscaler patches the job's status (desiredNodes 2), the reconciler the worker Job's
+    parallelism; the Service's spec changed by hand is patched back; suspend, resume and suspend
+    again patch the Job's suspend, and the second Suspended Event is the first one's count bumped."""
+    ns = run.namespace
+    elastic = {"minNodes": 1, "maxNodes": 2}
+    submit(cluster, ns, "grow", run.forever, elastic=elastic, distributed={"maxRestarts": 3})
+    wait_until(
+        lambda: cluster.get("job", "grow", "-n", ns)["spec"]["parallelism"] == 2, 60, message="grown to 2"
+    )
+    reason_is(cluster, ns, "grow", "Running", "AllWorkersRunning")
+    merge_patch(cluster, ns, "service", "grow", {"spec": {"publishNotReadyAddresses": False}})
+    wait_until(
+        lambda: cluster.get("service", "grow", "-n", ns)["spec"]["publishNotReadyAddresses"] is True,
+        30,
+        message="the Service's spec patched back",
+    )
+    for suspend in (True, False, True):
+        merge_patch(cluster, ns, "torchrunjob", "grow", {"spec": {"suspend": suspend}})
+        reason_is(cluster, ns, "grow", "Running", "Suspended" if suspend else "AllWorkersRunning")
+    wait_until(
+        lambda: any(
+            e["reason"] == "Suspended" and e.get("count") == 2
+            for e in cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=grow")["items"]
+        ),
+        30,
+        message="the Suspended Event counted twice",
+    )
+
+
+def a_hot_reload_evicts_the_workers(cluster: Cluster, run: Run) -> None:
+    """An upload job: its claim and sync pod; generation 1 uploaded, the worker is evicted onto
+    it and the sync pod of generation 0 deleted."""
+    ns = run.namespace
+    submit(cluster, ns, "code", run.forever, workspace={"source": "upload"})
+    uploaded(cluster, ns, "code", 0)
+    reason_is(cluster, ns, "code", "Running", "AllWorkersRunning", timeout=90)
+    before = worker_uids(cluster, ns, "code")
+    merge_patch(cluster, ns, "torchrunjob", "code", {"spec": {"workspace": {"generation": 1}}})
+    uploaded(cluster, ns, "code", 1)
+    wait_until(lambda: worker_uids(cluster, ns, "code") - before, 60, message="the worker evicted, replaced")
+    selector = "metadata.name=code-sync-0"
+    wait_until(
+        lambda: not cluster.get("pods", "-n", ns, "--field-selector", selector)["items"],
+        60,
+        message="code-sync-0 deleted",
+    )
+
+
+def uploaded(cluster: Cluster, ns: str, job: str, generation: int) -> None:
+    """Generation `generation` of a job's code, uploaded into its sync pod as the plugin does."""
+    pod = f"{job}-sync-{generation}"
+    wait_until(lambda: pod_running(cluster, ns, pod), 60, message=f"{pod} running")
+    sent = upload(cluster, ns, pod, archive({"train.py": f"print({generation})\n".encode()}), generation)
+    assert sent.returncode == 0, sent.stderr.decode()
+
+
+def a_failed_attempt_is_restarted(cluster: Cluster, run: Run) -> None:
+    """failurePolicy.maxRestarts 1: the first attempt's worker Job is deleted, the second fails."""
+    submit(cluster, run.namespace, "flaky", run.failing, failurePolicy={"maxRestarts": 1})
+    failed = reason_is(cluster, run.namespace, "flaky", "Failed", "RestartLimitExceeded", timeout=90)
+    assert failed["status"]["restarts"] == 1
+
+
+def orphans_are_collected(cluster: Cluster, run: Run, storage_class: str) -> None:
+    """With Kubernetes' garbage collector stopped (it would race ours), what a TorchrunJob that is
+    gone owned is deleted by ours: it confirms the owner is gone with a GET, then deletes."""
+    owner = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "name": "gone",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+    }
+    orphans = [
+        foreign("Service", "gone", clusterIP="None", ports=[{"port": 29400}]),
+        foreign("Job", "gone", suspend=True, template={"spec": pod_spec()}),
+        foreign("PersistentVolumeClaim", "gone-workspace", **claim_spec(storage_class)),
+        foreign("Pod", "gone-sync-0", **pod_spec(nodeSelector=NOWHERE)),
+    ]
+    for obj in orphans:
+        obj["metadata"].update(labels={"torchrun-job-name": "gone"}, ownerReferences=[owner])
+    cluster.stop("kube-controller-manager")
+    try:
+        cluster.apply(orphans, run.namespace)
+        for obj in orphans:
+            kind, name = obj["kind"], obj["metadata"]["name"]
+            wait_until(
+                lambda k=kind, n=name: gone_or_deleting(cluster, run.namespace, k, n),
+                30,
+                message=f"orphan {kind} {name} collected",
+            )
+    finally:
+        cluster.start("kube-controller-manager")
+
+
+def merge_patch(cluster: Cluster, ns: str, kind: str, name: str, patch: dict[str, Any]) -> None:
+    cluster.kubectl("patch", kind, name, "-n", ns, "--type=merge", "-p", json.dumps(patch))
+
+
+def worker_uids(cluster: Cluster, ns: str, job: str) -> set[str]:
+    selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
+    return {p["metadata"]["uid"] for p in cluster.get("pods", "-n", ns, "-l", selector)["items"]}
+
+
+def gone_or_deleting(cluster: Cluster, ns: str, kind: str, name: str) -> bool:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return proc.returncode != 0 or bool(json.loads(proc.stdout)["metadata"].get("deletionTimestamp"))
 
 
 def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
@@ -377,16 +600,14 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
     record_property: Callable[[str, object], None],
 ) -> None:
     """The controller process with the Deployment's flags and the ServiceAccount's token runs a job
-    to success, TTL and GC included, and stops cleanly on SIGTERM.
+    to success, TTL and GC included, is made to take every path its roles grant a verb for (the
+    steps above: name conflicts, an unbound claim, a restart, the autoscaler, a Service's drift,
+    suspend, a hot reload, orphans), and stops cleanly on SIGTERM.
 
-    Its RBAC is checked against what it really sent: the API server's audit log gives every
-    (apiGroup, resource, verb) of this ServiceAccount, reads included; each must have been
-    allowed and be granted by the installed roles. One scenario cannot exercise every path
-    (orphan and stuck-pod GC, restarts, PVCs, KAI/Volcano/coscheduling/Kueue objects, Workload
-    suspend), so the grants it did not use are reported as a note in the summary, not failed;
-    `update` on */finalizers is checked by the API server while admitting an owner reference
-    (when OwnerReferencesPermissionEnforcement is on), never sent as a request, so it never shows
-    up here. test_the_roles_grant_nothing_beyond_the_needs keeps the roles equal to NEEDS."""
+    Its RBAC is then checked against what it really sent (`check_rbac_against_the_audit_log`):
+    every request granted, every grant used or listed in UNUSED_GRANTS with why. Three flags are
+    added to the Deployment's so that timers the run waits for are short: --gc-interval=1,
+    --autoscaler-period=1, --claim-bind-timeout=1."""
     deploy = cluster.get("deployment", "torchrun-controller", "-n", NAMESPACE)
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     metrics_port, health_port = free_port(), free_port()
@@ -397,9 +618,11 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         f"--metrics-addr=127.0.0.1:{metrics_port}",
         f"--health-addr=127.0.0.1:{health_port}",
         "--gc-interval=1",
+        "--autoscaler-period=1",
+        "--claim-bind-timeout=1",
     ]
     suffix = uuid.uuid4().hex[:6]
-    storage_class, queue = f"cfg-{suffix}", f"cfg-{suffix}"
+    storage_class = f"cfg-{suffix}"
     log_path = tmp_path / "controller.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(
@@ -408,46 +631,18 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
             stderr=subprocess.STDOUT,
             env={**os.environ, "KUBECONFIG": ""},
         )
+    run = Run(namespace, "", "", "")
     try:
         cluster.apply(
-            [
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "StorageClass",
-                    "metadata": {"name": storage_class},
-                    "provisioner": "kubernetes.io/no-provisioner",
-                },
-                {
-                    "apiVersion": "torchrun.ai/v1alpha1",
-                    "kind": "TorchrunQueue",
-                    "metadata": {"name": queue},
-                    "spec": {
-                        "nodeResources": {"gpus": 8, "cpus": "90", "memory": "900Gi"},
-                        "image": "pytorch/pytorch:2.4.0",
-                        "storage": {"workspace": {"storageClassName": storage_class}},
-                        "podAnnotations": {
-                            "kwok.torchrun.ai/outcome": "succeed",
-                            "kwok.torchrun.ai/duration": "2s",
-                        },
-                    },
-                },
-            ]
-        )
-        cluster.apply(
             {
-                "apiVersion": "torchrun.ai/v1alpha1",
-                "kind": "TorchrunJob",
-                "metadata": {"name": "train"},
-                "spec": {
-                    "jobQueue": queue,
-                    "numNodes": 1,
-                    "command": "python train.py",
-                    "workspace": {"source": "none"},
-                    "ttlSecondsAfterFinished": 3,
-                },
-            },
-            namespace,
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": storage_class},
+                "provisioner": "kubernetes.io/no-provisioner",
+            }
         )
+        run = queues(cluster, namespace, suffix, storage_class)
+        submit(cluster, namespace, "train", run.done, ttlSecondsAfterFinished=3)
         # a user's Service reusing our label key: the garbage collector must never take it
         cluster.apply(
             {
@@ -472,14 +667,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         )
         wait_until(lambda: "caches synced" in log_text(), timeout=60, message="caches synced")
         # the job runs to success, then ttlSecondsAfterFinished deletes it
-        wait_until(
-            lambda: (
-                cluster.get("torchrunjob", "train", "-n", namespace).get("status", {}).get("phase")
-                == "Succeeded"
-            ),
-            timeout=60,
-            message=f"the job to succeed; controller log:\n{log_path.read_text()}",
-        )
+        reason_is(cluster, namespace, "train", "Succeeded", "Succeeded")
         wait_until(
             lambda: (
                 cluster.kubectl("get", "torchrunjob", "train", "-n", namespace, check=False).returncode != 0
@@ -487,7 +675,13 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
             timeout=30,
             message="the TTL to delete the job",
         )
-        # --gc-interval=1 and the job ran for seconds: many passes, and the Service is still there
+        names_taken_by_others(cluster, run, storage_class)
+        an_unbound_claim_is_reported_with_its_events(cluster, run)
+        a_failed_attempt_is_restarted(cluster, run)
+        an_elastic_job_grows_its_service_is_kept_and_it_is_suspended_twice(cluster, run)
+        a_hot_reload_evicts_the_workers(cluster, run)
+        orphans_are_collected(cluster, run, storage_class)
+        # --gc-interval=1 and the run took a while: many passes, and the Service is still there
         assert cluster.get("service", "ghost", "-n", namespace)["metadata"].get("deletionTimestamp") is None
         events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=train")
         assert {"Admitted", "Succeeded"} <= {e["reason"] for e in events["items"]}
@@ -513,5 +707,9 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-        cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+        made = [q for q in (run.done, run.forever, run.failing) if q]
+        if made:
+            cluster.kubectl(
+                "delete", "torchrunqueue", *made, "--ignore-not-found", "--wait=false", check=False
+            )
         cluster.kubectl("delete", "storageclass", storage_class, "--ignore-not-found", check=False)
