@@ -96,14 +96,18 @@ def test_elastic_jobs_gang_on_their_minimum() -> None:
     assert min_member(resolve_topology(j.spec, q.spec.node_resources)) == 2
     _, pg = pod_group(j, q)
     assert pg["spec"]["minMember"] == 2
-    _, pg = pod_group(j, queue("coscheduling"))
-    assert pg["spec"] == {"minMember": 2}
+    _, pg = pod_group(j, queue("coscheduling", nodeResources={"gpus": 4, "cpus": "500m"}))
+    assert pg["spec"] == {"minMember": 2, "minResources": {"nvidia.com/gpu": "8", "cpu": "1"}}
+    _, pg = pod_group(j, queue("coscheduling", nodeResources={"gpus": 0, "memory": "1.5Gi"}))
+    assert pg["spec"]["minResources"] == {"memory": "3Gi"}  # a CPU-only queue asks for no GPU
 
 
 def test_coscheduling_and_volcano_pod_groups_and_links() -> None:
     api_version, pg = pod_group(job(), queue("coscheduling", scheduling={"priorityClassName": "train"}))
-    # minMember alone: no priority field there, no minResources (see manifests/podgroup.py)
-    assert api_version == "scheduling.x-k8s.io/v1alpha1" and pg["spec"] == {"minMember": 2}
+    assert api_version == "scheduling.x-k8s.io/v1alpha1"
+    # the gang's resources together (2 nodes of 8 GPUs, 96 CPUs, 1Ti); no priority field there
+    gang = {"nvidia.com/gpu": "16", "cpu": "192", "memory": "2Ti"}
+    assert pg["spec"] == {"minMember": 2, "minResources": gang}
     pod = worker(job(), queue("coscheduling"))["spec"]["template"]
     assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "j"
     assert pod["spec"]["schedulerName"] == COSCHEDULING_SCHEDULER_NAME == "scheduler-plugins-scheduler"

@@ -5,14 +5,17 @@ scheduler's own kind (`scheduling.run.ai/v2alpha2`, `scheduling.x-k8s.io/v1alpha
 `scheduling.volcano.sh/v1beta1`), owned by the TorchrunJob, labelled
 `torchrun-job-name`/`torchrun.ai/role: worker`, with `minMember` = the nodes the job needs to
 start (`elastic.minNodes` for elastic jobs) and, where the kind has them, the queue and the
-priority class of the pods; None for schedulers without one. Coscheduling's carries
-`minMember` alone: with `minResources` its PreFilter refuses a gang that does not fit the cluster's
-free resources as a whole (`resource gap: ...`), but a pod refused there is retried only on a pod
-created or a PodGroup changed (Coscheduling's registered events), not when pods go away — in the
-test bed the second of two gangs still waited 2 minutes after the first had finished. Without it,
-a gang that does not fit fails kube-scheduler's own filters, which retry it as soon as pods go.
-`scheduleTimeoutSeconds` is left unset too: how long a partly placed gang may hold nodes at
-Permit is the scheduler's `permitWaitingTimeSeconds`, the cluster operator's setting.
+priority class of the pods; None for schedulers without one. Coscheduling's also carries
+`minResources`, what the gang requests together (`minMember` × one worker pod's requests): its
+PreFilter then turns away a gang the cluster's free resources cannot hold as a whole, every pod
+with the same words (`resource gap: map[nvidia.com/gpu:8 ...]`), before any of its pods holds a
+node at Permit. Without it a gang that cannot fit is tried pod by pod each time, its pods held
+at Permit and then rejected together, and the words left on them are only the echo
+(`optimistic rejection in PostFilter`). The price: a pod turned away there is retried on a pod
+created or a PodGroup changed (Coscheduling's registered events), or after the scheduler's
+`--pod-max-in-unschedulable-pods-duration` (5 min by default), not as soon as pods go away.
+`scheduleTimeoutSeconds` is left unset: how long a partly placed gang may hold nodes at Permit is
+the scheduler's `permitWaitingTimeSeconds`, the cluster operator's setting.
 `drift` is the merge patch that brings only the fields written here back (the schedulers' status
 and fields stay theirs).
 `workload_active_patch` mirrors a job's suspend into its Kueue Workload's `spec.active`.
@@ -23,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.api import JobTopology, Overridable, Scheduler, TorchrunJob, TorchrunQueue
+from controller.api import JobTopology, Overridable, Quantity, Scheduler, TorchrunJob, TorchrunQueue
 from controller.meta import Resource
 from controller.torchrunjob.manifests.common import labels, owner_reference
 from controller.torchrunjob.manifests.scheduling import KAI_QUEUE_LABEL, pod_group_name
+from controller.torchrunjob.manifests.worker import worker_requests
 
 KAI_POD_GROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
@@ -46,6 +50,12 @@ MISSING_API_RETRY = 30.0
 def min_member(topo: JobTopology) -> int:
     """How many pods must be placed together: every node, or an elastic job's minimum."""
     return topo.min_nodes if topo.elastic else topo.nodes
+
+
+def gang_resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, str]:
+    """What the gang requests together: `min_member` worker pods."""
+    members = min_member(topo)
+    return {name: str(Quantity.parse(v) * members) for name, v in worker_requests(queue, topo).items()}
 
 
 def gang_priority(job: TorchrunJob, queue: TorchrunQueue) -> str | None:
@@ -68,6 +78,8 @@ def pod_group_spec(job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) ->
         spec["queue"] = queue.kai_queue_name
     elif scheduler == Scheduler.VOLCANO:
         spec["queue"] = VOLCANO_DEFAULT_QUEUE
+    elif scheduler == Scheduler.COSCHEDULING:
+        spec["minResources"] = gang_resources(queue, topo)
     priority = gang_priority(job, queue)
     if priority and scheduler in (Scheduler.KAI, Scheduler.VOLCANO):  # coscheduling has no such field
         spec["priorityClassName"] = priority

@@ -80,7 +80,8 @@ def _env(
     return ours + [v for name, v in merged.items() if name not in reserved]
 
 
-def _resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
+def worker_requests(queue: TorchrunQueue, topo: JobTopology) -> dict[str, str]:
+    """What one worker pod requests (and is limited to): the queue's node shape."""
     nr = queue.spec.node_resources
     amounts: dict[str, str] = {}
     if topo.gpus_per_node:
@@ -89,6 +90,11 @@ def _resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
         amounts["cpu"] = str(nr.cpus)
     if nr.memory is not None:
         amounts["memory"] = str(nr.memory)
+    return amounts
+
+
+def _resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
+    amounts = worker_requests(queue, topo)
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
