@@ -40,6 +40,8 @@ class Actions:
             self.etcd.remove(job, service=True)
         elif action is Action.DELETE_SERVICE:
             self.children.delete(SERVICES, job)
+        elif action is Action.STOP_SYNC:
+            self.workspace.stop_sync(job)
         elif action is Action.CLEAN_WORKSPACE:
             self.workspace.clean(job)
         elif action is Action.DELETE_JOB:

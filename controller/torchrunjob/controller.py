@@ -2,7 +2,8 @@
 `syncHandler`).
 
 `reconcile(key)` reads the job from the lister and runs `sync`, a list of steps that stops at the
-first `Wait` (`steps.py`): a finished job gets only `lifecycle.finished` (etcd, autoclean, TTL);
+first `Wait` (`steps.py`): a finished job gets only `lifecycle.finished` (etcd, workers or a sync
+still at work, autoclean, TTL);
 else `admit` (queue Ready, job valid → topology), `lifecycle.deadline`, the `workspace` (PVCs, the
 code generation synced: `workspace.py`), the headless `service`, the managed `etcd` of etcd-v2
 rendezvous (`managed_etcd.py`), the `gang` (`podgroups.py`), and the `workers` of the current
@@ -131,7 +132,9 @@ class TorchrunJobReconciler:
         if p.is_true(C.SUCCEEDED) or p.is_true(C.FAILED):
             worker = self.children.get(JOBS, job)
             running = worker is not None and st.worker_outcome(worker) is None
-            self.decide(job, p, lifecycle.finished_of(job, p.status, self.options.autoclean, running, p.now))
+            syncing = self.workspace.syncing(job)
+            autoclean = self.options.autoclean
+            self.decide(job, p, lifecycle.finished_of(job, p.status, autoclean, running, syncing, p.now))
             return
         admission = self.admit(job, p)
         if admission is None:

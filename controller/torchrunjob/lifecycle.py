@@ -7,8 +7,11 @@ I/O, no clock: `now` is an argument, so every rule is a row in a table test.
   clock is not checked) — a timer until then; past it, the job fails `DeadlineExceeded`.
 - `ttl`: `ttlSecondsAfterFinished` after completion the TorchrunJob is deleted; a timer until then.
 - `finished`: what a finished job still needs done — its managed etcd pod goes (nothing
-  rendezvous any more), a worker Job still running pods goes (a deadline, the retriable cap),
-  `--autoclean` removes workers, Service, sync pods and workspace claim; then its TTL.
+  rendezvous any more), a worker Job still running pods goes (a deadline, the retriable cap), a
+  sync still at work goes (a deadline that passed while the job waited for its code, or workers
+  that ended during a hot reload: nothing will run that code, and an upload's sync pod would
+  wait for it up to --upload-timeout), `--autoclean` removes workers, Service, sync pods and
+  workspace claim; then its TTL.
 - `attempt_ended`: the worker Job ended — success; a permanent exit code fails the job at once;
   a retriable failure restarts the whole job while restarts remain (counted first: the next pass
   deletes the old attempt's Job because its restart annotation no longer matches, so a crash in
@@ -38,6 +41,7 @@ class Action(Enum):
     REMOVE_ETCD = "RemoveEtcd"  # the managed etcd pod
     REMOVE_ETCD_SERVICE = "RemoveEtcdService"
     DELETE_SERVICE = "DeleteService"  # the headless Service
+    STOP_SYNC = "StopSync"  # sync pods still at work (the ones that ended stay, for their logs)
     CLEAN_WORKSPACE = "CleanWorkspace"  # sync pods and the workspace claim (checkpoints stay)
     DELETE_JOB = "DeleteJob"  # the TorchrunJob itself
 
@@ -110,8 +114,10 @@ def finished(
     ttl_seconds: int | None,
     completion_time: datetime | None,
     now: datetime,
+    syncing: bool = False,
 ) -> Decision:
-    """What a finished job (Succeeded or Failed) still needs: see the module doc."""
+    """What a finished job (Succeeded or Failed) still needs: see the module doc. `syncing`: a
+    sync pod of the job is still at work."""
     actions: list[Action] = []
     if managed_etcd:
         actions.append(Action.REMOVE_ETCD)
@@ -121,6 +127,8 @@ def finished(
         actions.append(Action.DELETE_WORKERS)
     if autoclean:
         actions += [Action.DELETE_SERVICE, Action.CLEAN_WORKSPACE]
+    elif syncing:
+        actions.append(Action.STOP_SYNC)
     return Decision(actions=tuple(actions), stop=True).then(ttl(ttl_seconds, completion_time, now))
 
 
@@ -216,9 +224,15 @@ def deadline_of(job: TorchrunJob, status: TorchrunJobStatus, now: datetime) -> D
 
 
 def finished_of(
-    job: TorchrunJob, status: TorchrunJobStatus, autoclean: bool, workers_running: bool, now: datetime
+    job: TorchrunJob,
+    status: TorchrunJobStatus,
+    autoclean: bool,
+    workers_running: bool,
+    syncing: bool,
+    now: datetime,
 ) -> Decision:
-    """`finished` for `job` as it stands; `workers_running`: its worker Job has not ended."""
+    """`finished` for `job` as it stands; `workers_running`: its worker Job has not ended;
+    `syncing`: a sync pod of it is still at work."""
     return finished(
         managed_etcd=job.spec.distributed.runs_managed_etcd,
         autoclean=autoclean,
@@ -226,4 +240,5 @@ def finished_of(
         ttl_seconds=job.spec.ttl_seconds_after_finished,
         completion_time=status.completion_time,
         now=now,
+        syncing=syncing,
     )

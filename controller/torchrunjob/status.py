@@ -108,15 +108,26 @@ def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
     return "; ".join(f"pod {name}: {message}" for message, name in said.items()) or None
 
 
+def _disrupted(pod: Mapping[str, Any]) -> bool:
+    """The pod carries `DisruptionTarget=True`: it was evicted, preempted, or lost with its node
+    (taint eviction, PodGC), so whatever its containers exited with is not the training's fault."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
+
+
 def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes: Collection[int]) -> int:
     """Failed pods of this worker Job (by controller reference) whose torchrun container exited
-    with one of `codes` — the failures podFailurePolicy's Ignore rule does not count."""
+    with one of `codes` — the failures podFailurePolicy's Ignore rule does not count. A disrupted
+    pod is not one: the policy's first rule ignores it as a disruption whatever its exit code (a
+    pod stopped on a lost node or by an eviction exits 143), so neither do we."""
     if not codes:
         return 0
     count = 0
     for pod in pods:
         ref = controller_of(pod)
         if ref is None or ref.get("uid") != worker_uid or (pod.get("status") or {}).get("phase") != "Failed":
+            continue
+        if _disrupted(pod):
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or ():
             code = ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")

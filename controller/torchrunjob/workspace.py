@@ -18,7 +18,9 @@ never adopted, changed or deleted — it is a `NameConflict`):
   before the generation in use was synced, so all workers move to it together without touching the
   Job, the PVCs or the Service: evicted pods carry the DisruptionTarget condition, which the
   worker Job's podFailurePolicy ignores. `clean` (autoclean of a finished job) removes the sync
-  pods and the workspace claim.
+  pods and the workspace claim; `stop_sync` (any finished job) removes the sync pods still at work
+  — an upload's would wait for code until --upload-timeout — and keeps the ones that ended, for
+  `kubectl logs`. `syncing` says whether there is one.
 """
 
 from __future__ import annotations
@@ -241,6 +243,16 @@ class WorkspaceSync:
             if older_than is None or generation < older_than:
                 self.children.delete(PODS, job, pod["metadata"]["name"])
 
+    def syncing(self, job: TorchrunJob) -> bool:
+        """A sync pod of the job is still at work (neither ended nor being deleted)."""
+        return any(_at_work(pod) for pod in self.sync_pods(job))
+
+    def stop_sync(self, job: TorchrunJob) -> None:
+        """A finished job runs no code: its sync pods still at work go (those that ended stay)."""
+        for pod in self.sync_pods(job):
+            if _at_work(pod):
+                self.children.delete(PODS, job, pod["metadata"]["name"])
+
     def clean(self, job: TorchrunJob) -> None:
         """Autoclean of a finished job: sync pods and the workspace claim go (checkpoints stay)."""
         self._remove_sync_pods(job)
@@ -261,6 +273,11 @@ class WorkspaceSync:
             worker_job,
             lambda pod: parse_time(pod["metadata"]["creationTimestamp"]) <= synced_at,
         )
+
+
+def _at_work(pod: Obj) -> bool:
+    ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return not ended and not pod["metadata"].get("deletionTimestamp")
 
 
 def _generation_of(obj: Obj) -> int:
