@@ -23,8 +23,10 @@ lint-imports --config .importlinter
 "$HACK_DIR/build-controlplane.sh"
 # the real Kueue controller, for the test that runs a job through it (cached like the rest)
 "$HACK_DIR/testbed/build-kueue.sh" >/dev/null
-# scheduler-plugins' scheduler (Coscheduling) and PodGroup controller, for test_gang.py (cached)
+# the gang schedulers of test_gang.py (cached): scheduler-plugins' scheduler (Coscheduling) and
+# PodGroup controller, and Volcano's scheduler
 "$HACK_DIR/testbed/build-scheduler-plugins.sh" >/dev/null
+"$HACK_DIR/testbed/build-volcano.sh" >/dev/null
 # etcd 3.5 (v2 API) and the torchruns the launch is checked against (test_torchrun_compat.py)
 "$HACK_DIR/testbed/build-etcd-v2.sh" >/dev/null
 "$HACK_DIR/testbed/torchrun-versions.sh" >/dev/null

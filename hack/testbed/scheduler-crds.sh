@@ -6,9 +6,11 @@
 #   kueue         sigs.k8s.io/kueue                   config/components/crd/bases/*.yaml
 #   coscheduling  sigs.k8s.io/scheduler-plugins       config/crd/bases/scheduling.x-k8s.io_{podgroups,elasticquotas}.yaml
 #                 (its PodGroup controller also watches ElasticQuotas, and exits without their CRD)
-#   volcano       volcano.sh/apis                     scheduling/v1beta1 types -> controller-gen, with the
-#                 options of Volcano's own `make manifests` (volcano.sh/volcano, which holds the
-#                 generated YAML, is not served by the proxy; its types module is)
+#   volcano       volcano.sh/apis                     scheduling/v1beta1 and nodeinfo/v1alpha1 types ->
+#                 controller-gen, with the options of Volcano's own `make manifests` (volcano.sh/volcano
+#                 at the APIs' version, which holds the generated YAML, is not served by the proxy; its
+#                 types module is); Volcano's scheduler waits forever on its Numatopology cache
+#                 without nodeinfo's CRD
 #   kai           github.com/NVIDIA/KAI-scheduler     scheduling.run.ai_{queues,podgroups}.yaml; when the
 #                 proxy does not serve that module, hack/testbed/kai-crds-standin.yaml instead
 #
@@ -71,12 +73,15 @@ crds_volcano() {
   # a module of our own that depends on the API module, so controller-gen can load its packages
   printf 'module torchrun.local/volcanocrds\n\ngo 1.25\n\nrequire volcano.sh/apis %s\n' \
     "$VOLCANO_APIS_VERSION" > "$work/go.mod"
-  printf 'package volcanocrds\n\nimport _ "volcano.sh/apis/pkg/apis/scheduling/v1beta1"\n' > "$work/doc.go"
+  printf 'package volcanocrds\n\nimport (\n\t_ "volcano.sh/apis/pkg/apis/nodeinfo/v1alpha1"\n\t_ "volcano.sh/apis/pkg/apis/scheduling/v1beta1"\n)\n' \
+    > "$work/doc.go"
   (cd "$work" && go mod tidy >/dev/null 2>&1 &&
     "$gen" "crd:crdVersions=v1,generateEmbeddedObjectMeta=true" \
-      paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir="$work/out")
+      paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 paths=volcano.sh/apis/pkg/apis/nodeinfo/v1alpha1 \
+      output:crd:dir="$work/out")
   copy_crds "$1" "module volcano.sh/apis@$VOLCANO_APIS_VERSION (controller-gen $CONTROLLER_TOOLS_VERSION)" \
-    "$work/out/scheduling.volcano.sh_podgroups.yaml" "$work/out/scheduling.volcano.sh_queues.yaml"
+    "$work/out/scheduling.volcano.sh_podgroups.yaml" "$work/out/scheduling.volcano.sh_queues.yaml" \
+    "$work/out/nodeinfo.volcano.sh_numatopologies.yaml"
 }
 
 crds_kai() {
@@ -108,9 +113,10 @@ main() {
   for name in "${names[@]}"; do
     out="$OUT_ROOT/$name-$(version_of "$name")"
     # a stand-in is re-tried on every run, in case the proxy serves the module by now
-    # (and a coscheduling copy from before it held the ElasticQuota CRD is made again)
+    # (and a copy from before it held the ElasticQuota or Numatopology CRD is made again)
     if [ ! -f "$out/SOURCE" ] || grep -q '^stand-in' "$out/SOURCE" \
-      || { [ "$name" = coscheduling ] && [ ! -f "$out/scheduling.x-k8s.io_elasticquotas.yaml" ]; }; then
+      || { [ "$name" = coscheduling ] && [ ! -f "$out/scheduling.x-k8s.io_elasticquotas.yaml" ]; } \
+      || { [ "$name" = volcano ] && [ ! -f "$out/nodeinfo.volcano.sh_numatopologies.yaml" ]; }; then
       "crds_$name" "$out"
     fi
     echo "$name=$out"

@@ -1,4 +1,5 @@
-"""Gang scheduling proven by placement (SPEC §5), with the real scheduler-plugins Coscheduling.
+"""Gang scheduling proven by placement (SPEC §5), with the real scheduler-plugins Coscheduling and
+the real Volcano scheduler.
 
 The control plane's 4 kwok nodes of 8 GPUs hold one worker pod of an 8-GPU queue each. This
 module runs scheduler-plugins (built from its module by hack/testbed/build-scheduler-plugins.sh)
@@ -7,23 +8,30 @@ with the module's own `manifests/coscheduling/scheduler-config.yaml`, its profil
 name a `coscheduling` queue's pods carry) and its `controller` (PodGroup status), with their CRDs
 (hack/testbed/scheduler-crds.sh); the scheduler retries a gang it turned away for a resource
 gap after 20 s at the latest (`--pod-max-in-unschedulable-pods-duration`, 5 min by default: a
-busy cluster retries sooner, on any pod created). Both start once for this module and stop at
-its end, when the CRDs are removed again so the shared control plane is left as it was found.
+busy cluster retries sooner, on any pod created). Volcano's scheduler
+(hack/testbed/build-volcano.sh, with the module's own `volcano-scheduler.conf`) runs for the tests
+parametrized with `volcano`,
+after its CRDs (Numatopology's among them: without it Volcano waits forever on its cache) and the
+`default` Queue our Volcano PodGroups name. Each starts once for this module, when a test first
+needs it, and stops at its end, when the CRDs are removed again so the shared control plane is
+left as it was found.
 
 What is shown:
-- two 3-node jobs submitted together on a coscheduling queue: sampled throughout (the pods
-  listed over and over), the two never both have pods bound and no job's bound pods ever go
-  back to fewer — so a job seen partly bound is one whose gang is being bound, never one left
-  holding part; one runs with all 3 bound, the other waits `Unschedulable` quoting the
-  scheduler with none bound, and runs whole once the first is gone;
+- two 3-node jobs submitted together on a coscheduling queue, and on a volcano queue: sampled
+  throughout (the pods listed over and over), the two never both have pods bound and no job's
+  bound pods ever go back to fewer — so a job seen partly bound is one whose gang is being
+  bound, never one left holding part; one runs with all 3 bound, the other waits
+  `Unschedulable` quoting the scheduler with none bound, and runs whole once the first is gone;
 - the same two jobs with their pods created interleaved (worker Jobs grown one pod at a time,
   alternately): on a `default` queue kube-scheduler binds 2 pods of each and neither ever runs —
-  the deadlock — while on a coscheduling queue one gang takes 3 nodes and the other none;
-- a job larger than the cluster on a gang queue: no pod is ever bound, the reason quotes the
+  the deadlock — while on a coscheduling or volcano queue one gang takes 3 nodes and the other
+  none;
+- a job larger than the cluster on a coscheduling queue: no pod is ever bound, the reason quotes the
   scheduler saying why (the PodGroup's minResources: "resource gap", 8 GPUs among it),
   and deleting it leaves nothing behind;
-- an elastic job (2..4 nodes) starts with 2 when only 2 nodes are free, and when the autoscaler
-  grows it the PodGroup's minMember stays 2 and each new node is placed by the same scheduler.
+- an elastic job (2..4 nodes) on a coscheduling queue starts with 2 when only 2 nodes are free,
+  and when the autoscaler grows it the PodGroup's minMember stays 2 and each new node is placed
+  by the same scheduler.
 The sampled invariants are about the order of states, never about how long anything takes.
 """
 
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import threading
 import uuid
@@ -50,10 +59,11 @@ from controller.api import JOB_LABEL, ROLE_LABEL
 from controller.cmd.main import App
 from controller.rest import RESTClient
 from controller.rest.resources import PODS
-from controller.torchrunjob.manifests.scheduling import COSCHEDULING_SCHEDULER_NAME
+from controller.torchrunjob.manifests.scheduling import COSCHEDULING_SCHEDULER_NAME, VOLCANO_SCHEDULER_NAME
 
 CRD_SCRIPT = REPO / "hack" / "testbed" / "scheduler-crds.sh"
-PODGROUPS = "podgroups.scheduling.x-k8s.io"
+PODGROUP = "podgroups.scheduling.x-k8s.io"
+PODGROUPS = {"coscheduling": PODGROUP, "volcano": "podgroups.scheduling.volcano.sh"}
 WORKERS = f"{ROLE_LABEL}=worker"
 
 # -- scheduler-plugins, for this module ------------------------------------------------------------
@@ -153,18 +163,73 @@ def scheduler_plugins(
         remove_crds(cluster, names)
 
 
-@pytest.fixture(autouse=True)
-def gang_scheduler(
-    scheduler_plugins: SchedulerPlugins, record_property: Callable[[str, object], None]
-) -> SchedulerPlugins:
-    """Every test here runs with scheduler-plugins, and the run's summary says which."""
-    record_property(
-        NOTE,
-        f"gang scheduler: scheduler-plugins {scheduler_plugins.version} (Coscheduling, schedulerName "
-        f"{COSCHEDULING_SCHEDULER_NAME}, and its PodGroup controller; Kubernetes modules "
-        f"{pins()['KUBE_VERSION']}), CRDs from {scheduler_plugins.crds}",
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def volcano(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Volcano's scheduler (built by hack/testbed/build-volcano.sh, with the module's own scheduler
+    configuration: gang among its plugins) beside kube-scheduler, after its CRDs: it waits forever
+    on a cache of a kind the API server does not serve."""
+    version = pins()["VOLCANO_VERSION"]
+    binaries = cache_dir() / "bin" / f"volcano-{version}"
+    if not (binaries / ".done").exists():
+        pytest.skip(f"the Volcano scheduler is not built: run hack/testbed/build-volcano.sh ({binaries})")
+    proc = subprocess.run(
+        [str(CRD_SCRIPT), "volcano"], capture_output=True, text=True, timeout=600, check=False
     )
-    return scheduler_plugins
+    if proc.returncode != 0:
+        pytest.fail(f"{CRD_SCRIPT.name} failed: {proc.stderr.strip()[-2000:]}")
+    crds = Path(proc.stdout.strip().split("=", 1)[1])
+    names = crd_names(crds)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in names), "--timeout=60s")
+    # the queue every Volcano PodGroup of ours names (manifests/podgroup.py)
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"}}
+    cluster.apply({**queue, "spec": {"weight": 1, "reclaimable": True}})
+    work = tmp_path_factory.mktemp("volcano")
+    args = [
+        str(binaries / "scheduler"),
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--scheduler-conf",
+        str(binaries / "volcano-scheduler.conf"),
+        "--leader-elect=false",
+        f"--listen-address=127.0.0.1:{free_port()}",
+        f"--healthz-address=127.0.0.1:{free_port()}",
+        "-v=2",
+    ]
+    scheduler = start(args, cluster, work / "scheduler.log")
+    try:
+        source = (crds / "SOURCE").read_text().strip()
+        yield f"Volcano {version} (its scheduler, with the gang plugin), CRDs from {source}"
+    finally:
+        stop(scheduler)
+        tail = (work / "scheduler.log").read_text(errors="replace").splitlines()[-5:]
+        print("volcano scheduler log, last lines:", *tail, sep="\n    ")
+        remove_crds(cluster, names)
+
+
+@pytest.fixture(autouse=True)
+def gang_scheduler(request: pytest.FixtureRequest, record_property: Callable[[str, object], None]) -> str:
+    """The gang scheduler a test runs with (its `scheduler` parameter: Volcano for `volcano`,
+    scheduler-plugins otherwise), named in the run's summary."""
+    wanted = request.getfixturevalue("scheduler") if "scheduler" in request.fixturenames else "coscheduling"
+    if wanted == "volcano":
+        ran: str = request.getfixturevalue("volcano")
+    else:
+        plugins: SchedulerPlugins = request.getfixturevalue("scheduler_plugins")
+        ran = (
+            f"scheduler-plugins {plugins.version} (Coscheduling, schedulerName "
+            f"{COSCHEDULING_SCHEDULER_NAME}, and its PodGroup controller; Kubernetes modules "
+            f"{pins()['KUBE_VERSION']}), CRDs from {plugins.crds}"
+        )
+    record_property(NOTE, f"gang scheduler: {ran}")
+    return ran
 
 
 @pytest.fixture
@@ -254,7 +319,13 @@ def quotes_the_scheduler(cluster: Cluster, ns: str, name: str) -> str | None:
         if (c := condition(p, "PodScheduled")) and c["status"] == "False"
     }
     message: str = cond["message"]
-    return message if set(message.split("; ")) <= said else None
+    rest = message
+    while rest:  # parts joined by "; ", which a scheduler's own words may hold too (Volcano's do)
+        part = next((p for p in said if rest == p or rest.startswith(p + "; ")), None)
+        if part is None:
+            return None
+        rest = rest[len(part) + 2 :]
+    return message
 
 
 def all_running(cluster: Cluster, ns: str, name: str, nodes: int) -> bool:
@@ -293,14 +364,16 @@ def assert_never_split(samples: list[dict[str, int]], size: int) -> None:
 # -- the tests ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("scheduler", ["coscheduling", "volcano"])
 def test_two_gangs_submitted_together_one_runs_whole_the_other_waits_with_none_bound(
+    scheduler: str,
     cluster: Cluster,
     namespace: str,
     rest: RESTClient,
     queues: Callable[..., str],
     start_controller: Callable[..., App],
 ) -> None:
-    queue = queues("coscheduling")
+    queue = queues(scheduler)
     start_controller()
     with Sampler(rest, namespace, ("gang-a", "gang-b")) as sampler:
         make_job(cluster, namespace, queue, "gang-a", numNodes=3)
@@ -321,12 +394,13 @@ def test_two_gangs_submitted_together_one_runs_whole_the_other_waits_with_none_b
         sampler.wait_for_samples(20)
         waiting = pods_of(cluster, namespace, second)
         assert len(waiting) == 3 and bound(waiting, second) == 0
-        assert all(p["spec"]["schedulerName"] == COSCHEDULING_SCHEDULER_NAME for p in waiting)
+        names = {"coscheduling": COSCHEDULING_SCHEDULER_NAME, "volcano": VOLCANO_SCHEDULER_NAME}
+        assert all(p["spec"]["schedulerName"] == names[scheduler] for p in waiting)
         assert not all_running(cluster, namespace, second, 3)
         history = list(sampler.samples)
     assert_never_split(history, 3)
     assert history[-1] == {first: 3, second: 0}
-    pg = cluster.get(PODGROUPS, second, "-n", namespace)
+    pg = cluster.get(PODGROUPS[scheduler], second, "-n", namespace)
     assert pg["spec"]["minMember"] == 3
     print(f"{second} waited with: {message}; its PodGroup: {pg.get('status')}")
 
@@ -340,7 +414,7 @@ def test_two_gangs_submitted_together_one_runs_whole_the_other_waits_with_none_b
     assert counts == sorted(counts) and counts[-1] == 3
 
 
-@pytest.mark.parametrize("scheduler", ["default", "coscheduling"])
+@pytest.mark.parametrize("scheduler", ["default", "coscheduling", "volcano"])
 def test_pods_created_interleaved_deadlock_kube_scheduler_but_not_the_gang(
     scheduler: str,
     cluster: Cluster,
@@ -351,8 +425,8 @@ def test_pods_created_interleaved_deadlock_kube_scheduler_but_not_the_gang(
 ) -> None:
     """Both worker Jobs start suspended at 1 pod and grow one pod at a time, alternately, each
     step waited for: kube-scheduler binds each pod as it comes, so 2 of each hold the 4 nodes
-    and the third of each can never be placed; Coscheduling places no pod of a gang until the
-    whole gang fits, so one gang takes 3 nodes and the other none."""
+    and the third of each can never be placed; a gang scheduler (Coscheduling, Volcano) places
+    no pod of a gang until the whole gang fits, so one gang takes 3 nodes and the other none."""
     queue = queues(scheduler)
     start_controller()
     jobs = ("gang-a", "gang-b")
@@ -373,8 +447,8 @@ def test_pods_created_interleaved_deadlock_kube_scheduler_but_not_the_gang(
                 return False
             if scheduler == "default":
                 return bound(mine, name) == min(pods, 2)
-            # Coscheduling has looked at every pod: turned it away (too few siblings yet, or no
-            # room for the whole gang) or, once the gang is whole and fits, placed it
+            # the gang scheduler has looked at every pod: turned it away (too few siblings yet, or
+            # no room for the whole gang) or, once the gang is whole and fits, placed it
             return all(condition(p, "PodScheduled") for p in mine)
 
         wait_until(settled, 60, 0.2, message=f"{name} with {pods} pods settled")
@@ -432,13 +506,13 @@ def test_a_gang_larger_than_the_cluster_never_binds_a_pod_and_says_why(
     # (5 x 8 GPUs) against the free resources of the whole cluster (4 x 8)
     # (the gap is printed as Go prints a ResourceList: `nvidia.com/gpu:{{8 0} {<nil>}  DecimalSI}`)
     assert "resource gap: " in message and "nvidia.com/gpu:{{8 0}" in message, message
-    pg = cluster.get(PODGROUPS, "huge", "-n", namespace)
+    pg = cluster.get(PODGROUP, "huge", "-n", namespace)
     assert pg["spec"]["minMember"] == 5 and pg["spec"]["minResources"]["nvidia.com/gpu"] == "40"
 
     cluster.kubectl("delete", "torchrunjob", "huge", "-n", namespace, "--wait=true")
 
     def nothing_left() -> bool:
-        kinds = f"pods,jobs,services,{PODGROUPS}"
+        kinds = f"pods,jobs,services,{PODGROUP}"
         return not cluster.get(kinds, "-n", namespace, "-l", f"{JOB_LABEL}=huge")["items"]
 
     wait_until(nothing_left, 60, 0.5, message="everything of the job gone")
@@ -461,7 +535,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_through_the_same_schedu
         cluster, namespace, queue, "elastic", numNodes=2, elastic=elastic, distributed={"maxRestarts": 3}
     )
     wait_until(lambda: all_running(cluster, namespace, "elastic", 2), 90, 0.5, message="elastic runs with 2")
-    pg = cluster.get(PODGROUPS, "elastic", "-n", namespace)
+    pg = cluster.get(PODGROUP, "elastic", "-n", namespace)
     assert pg["spec"]["minMember"] == 2
 
     # the rigid job goes: the autoscaler grows the elastic job into its two nodes
@@ -472,7 +546,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_through_the_same_schedu
         return status.get("nodes") == 4 and all_running(cluster, namespace, "elastic", 4)
 
     wait_until(grown, 120, 0.5, message="elastic grown to 4")
-    pg = cluster.get(PODGROUPS, "elastic", "-n", namespace)
+    pg = cluster.get(PODGROUP, "elastic", "-n", namespace)
     assert pg["spec"]["minMember"] == 2, "the gang is the job's minimum, whatever its size"
     pods = pods_of(cluster, namespace, "elastic")
     assert len(pods) == 4
