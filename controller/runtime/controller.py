@@ -5,9 +5,12 @@ result asks for a timed requeue; `add_rate_limited` without `forget` if it asks 
 one), on `PermanentError` `forget` (the reconciler has already reported it
 in a condition), on any other exception `add_rate_limited` → always `done`. The queue guarantees a
 key is never reconciled by two workers at once. An exception never kills a worker; it is logged
-with the key, counted, and the key retried with backoff. `run()` starts workers only after the
-given caches have synced. `shutdown()` stops handing out keys at once — keys still queued are left
-for the next leader — lets the reconciles in flight finish, and joins the workers.
+with the key, counted, and the key retried with backoff. Every line logged during a reconcile, by
+any module, carries the controller's name and the key (structlog context variables, merged by
+`controller.log`): a decision is never logged without the object it is about. `run()` starts
+workers only after the given caches have synced. `shutdown()` stops handing out keys at once —
+keys still queued are left for the next leader — lets the reconciles in flight finish, and joins
+the workers.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class Controller:
         active.inc()
         started = time.perf_counter()
         try:
-            self._reconcile(key)
+            with structlog.contextvars.bound_contextvars(controller=self.name, key=key):
+                self._reconcile(key)
         finally:
             self.metrics.reconcile_duration.labels(self.name).observe(time.perf_counter() - started)
             active.dec()

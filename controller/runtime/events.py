@@ -78,12 +78,15 @@ class EventRecorder:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            ref, type_, reason, message = item
             try:
-                if item is None:
-                    return
-                self._write(*item)
+                self._write(ref, type_, reason, message)
             except Exception as exc:  # best effort: an event must never take the controller down
-                log.warning("writing event failed", error=str(exc))
+                key = f"{ref['namespace']}/{ref['name']}"
+                log.warning("writing event failed", key=key, reason=reason, error=str(exc))
             finally:
                 self._queue.task_done()
 

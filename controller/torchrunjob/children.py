@@ -10,7 +10,8 @@ What `Children` guarantees:
   again → a plain retry with backoff.
 - `delete(resource, job)` deletes the object only when this job controls it, with a UID
   precondition, so a same-named object created meanwhile is never hit.
-- Writes use field manager `torchrun-controller` (the REST client's default).
+- Writes use field manager `torchrun-controller` (the REST client's default); each create and
+  delete is logged with the job's `key` and the object's resource and name.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class Children:
             return conflict_wait(name_conflict(resource, cached))
         try:
             created: Obj = self.client.create(resource, desired)
-            log.info("created", resource=resource.key, key=f"{job.namespace}/{name}")
+            log.info("created", key=job.key, resource=resource.key, name=name)
             return Proceed(created)
         except ApiError as exc:
             if not exc.already_exists:
@@ -122,14 +123,16 @@ class Children:
             or not is_controlled_by(existing, job.metadata.uid)
         ):
             return
+        name = existing["metadata"]["name"]
         try:
             self.client.delete(
                 resource,
-                existing["metadata"]["name"],
+                name,
                 job.namespace,
                 propagation_policy="Background",
                 uid=existing["metadata"].get("uid"),
             )
+            log.info("deleted", key=job.key, resource=resource.key, name=name)
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
                 raise

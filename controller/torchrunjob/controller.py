@@ -15,7 +15,9 @@ every path** — an exception's too, which then still propagates so the key is r
 (`reporter.py`: only when it changed; transitions become Events). Timers come back as
 `Result(requeue_after=...)`, a `Wait` no event announces (a name conflict) as a rate-limited
 `Result(requeue=True)`; nothing is requeued at once after our own writes (their watch events bring
-the key back). Invalid specs become a condition and are not retried.
+the key back); a pass that finds the cached job still at the version our last status write
+replaced (a child's event came first) ends at once: it would decide on a status we replaced and
+conflict with our own write. Invalid specs become a condition and are not retried.
 """
 
 from __future__ import annotations
@@ -116,13 +118,17 @@ class TorchrunJobReconciler:
             update_status(self.client, TORCHRUNJOBS, raw, st.invalid_status(raw, str(exc), utc_now()))
             return None
         updater = self.tracker.get_or_create(key, job.metadata.uid)
+        version = raw["metadata"].get("resourceVersion", "")
+        if updater.cache_behind(version):
+            return None  # the watch event of our last status write brings the key back
         if job.spec.seed_workspace and updater.once("seed_form_warned"):
             self.reporter.deprecated_field(raw, job)
         p = st.StatusUpdate(job, utc_now())
         try:
             self.sync(job, p, updater)
         finally:  # what the steps returned so far is written even when one raised
-            self.reporter.write(raw, p)
+            if self.reporter.write(raw, p):
+                updater.status_written(version)
         if p.requeue:
             return Result(requeue=True)
         return Result(requeue_after=min(p.timers)) if p.timers else None

@@ -1,11 +1,12 @@
 """What the user reads about a job: its status, written once per pass, and its Events.
 
 `StatusReporter.write(raw, update)` writes the status a pass computed (`status.StatusUpdate`) when
-it differs from the stored one (a 409 is retried with backoff: `runtime/status.py`), then records
-one Event per condition transition worth one (`status.transition_events`: the severity of each
-reason is in `reasons.py`) and a `RetriableFailure` Warning when that count grew. Nothing is
-recorded when nothing was written. `reloaded` is the Normal Event of a hot reload, `deprecated_field` the
-Warning about the seed's `volumes.workspace` spelling.
+it differs from the stored one, and says whether it did (a 409 is retried with backoff:
+`runtime/status.py`); then it records one Event per condition transition worth one
+(`status.transition_events`: the severity of each reason is in `reasons.py`) and a
+`RetriableFailure` Warning when that count grew. Nothing is recorded when nothing was written.
+`reloaded` is the Normal Event of a hot reload, `deprecated_field` the Warning about the seed's
+`volumes.workspace` spelling.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ class StatusReporter:
         self.client = client
         self.recorder = recorder
 
-    def write(self, raw: Obj, update: st.StatusUpdate) -> None:
+    def write(self, raw: Obj, update: st.StatusUpdate) -> bool:
         final = update.final()
         if not update_status(self.client, TORCHRUNJOBS, raw, to_json(final)):
-            return
+            return False
         stored = update.job.status
         for event in st.transition_events(stored.conditions, final.conditions):
             self.recorder.event(raw, WARNING if event.warning else NORMAL, event.reason, event.message)
@@ -44,6 +45,7 @@ class StatusReporter:
             )
             self.recorder.event(raw, WARNING, Reason.RETRIABLE_FAILURE, message)
         log.info("status", key=update.job.key, phase=final.phase.value, restarts=final.restarts)
+        return True
 
     def reloaded(self, raw: Obj, status: TorchrunJobStatus, evicted: int) -> None:
         """Hot reload: `evicted` workers restart onto the generation in use."""

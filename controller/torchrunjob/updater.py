@@ -3,9 +3,11 @@
 `JobTracker` maps a job's key to its `JobUpdater`. An updater is created on first sight, dropped
 when the job is deleted, and replaced when a job of the same name comes back with a new UID. The
 tracker's lock guards the dict. An updater holds facts that outlive a pass — things done once per
-job per controller process — and `once(fact)` sets one atomically under the updater's own lock,
-held for that alone: never across a pass's network I/O (the workqueue already never hands one key
-to two workers; the lock makes the check-and-set safe rather than lucky).
+job per controller process, and the resourceVersion our last status write replaced — set under
+the updater's own lock, held for that alone: never across a pass's network I/O (the workqueue
+already never hands one key to two workers; the lock makes the check-and-set safe rather than
+lucky). `cache_behind(rv)`: a cached job still at the version our last status write replaced has
+not caught up with that write (resourceVersions are never reused, so equality is the whole test).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class JobUpdater:
     # e.g. "running_observed" (the submit→running latency is observed once per job),
     # "seed_form_warned" (the seed's deprecated `volumes.workspace` is warned about once)
     _done: set[str] = field(default_factory=set)
+    _replaced: str | None = None  # the resourceVersion our last status write replaced
 
     def once(self, fact: str) -> bool:
         """True the first time `fact` is asked for on this updater, False ever after."""
@@ -30,6 +33,16 @@ class JobUpdater:
                 return False
             self._done.add(fact)
             return True
+
+    def status_written(self, replaced: str) -> None:
+        """Our status write replaced version `replaced` of the job."""
+        with self._lock:
+            self._replaced = replaced
+
+    def cache_behind(self, cached: str) -> bool:
+        """The cached job (at version `cached`) predates our last status write."""
+        with self._lock:
+            return self._replaced is not None and cached == self._replaced
 
 
 class JobTracker:
