@@ -26,12 +26,12 @@ What is shown:
   alternately): on a `default` queue kube-scheduler binds 2 pods of each and neither ever runs —
   the deadlock — while on a coscheduling or volcano queue one gang takes 3 nodes and the other
   none;
-- a job larger than the cluster on a coscheduling queue: no pod is ever bound, the reason quotes the
-  scheduler saying why (the PodGroup's minResources: "resource gap", 8 GPUs among it),
-  and deleting it leaves nothing behind;
-- an elastic job (2..4 nodes) on a coscheduling queue starts with 2 when only 2 nodes are free,
-  and when the autoscaler grows it the PodGroup's minMember stays 2 and each new node is placed
-  by the same scheduler.
+- a job larger than the cluster on a coscheduling queue, and on a volcano queue: no pod is ever
+  bound, the reason quotes the scheduler saying why (Coscheduling: the PodGroup's minResources,
+  "resource gap", 8 GPUs among it), and deleting it leaves nothing behind;
+- an elastic job (2..4 nodes) on a coscheduling queue, and on a volcano queue, starts with 2 when
+  only 2 nodes are free, and when the autoscaler grows it the PodGroup's minMember stays 2 and each
+  new node is placed by the same scheduler.
 The sampled invariants are about the order of states, never about how long anything takes.
 """
 
@@ -484,14 +484,16 @@ def test_pods_created_interleaved_deadlock_kube_scheduler_but_not_the_gang(
     assert history[-1] == {first: 3, second: 0}
 
 
+@pytest.mark.parametrize("scheduler", ["coscheduling", "volcano"])
 def test_a_gang_larger_than_the_cluster_never_binds_a_pod_and_says_why(
     cluster: Cluster,
     namespace: str,
     rest: RESTClient,
     queues: Callable[..., str],
     start_controller: Callable[..., App],
+    scheduler: str,
 ) -> None:
-    queue = queues("coscheduling")
+    queue = queues(scheduler)
     start_controller()
     with Sampler(rest, namespace, ("huge",)) as sampler:
         make_job(cluster, namespace, queue, "huge", numNodes=5)
@@ -502,29 +504,36 @@ def test_a_gang_larger_than_the_cluster_never_binds_a_pod_and_says_why(
         history = list(sampler.samples)
     assert len(pods_of(cluster, namespace, "huge")) == 5
     assert all(s["huge"] == 0 for s in history), "a pod of a gang that cannot fit was bound"
-    # the scheduler's words say why: Coscheduling's PreFilter weighs the PodGroup's minResources
-    # (5 x 8 GPUs) against the free resources of the whole cluster (4 x 8)
-    # (the gap is printed as Go prints a ResourceList: `nvidia.com/gpu:{{8 0} {<nil>}  DecimalSI}`)
-    assert "resource gap: " in message and "nvidia.com/gpu:{{8 0}" in message, message
-    pg = cluster.get(PODGROUP, "huge", "-n", namespace)
-    assert pg["spec"]["minMember"] == 5 and pg["spec"]["minResources"]["nvidia.com/gpu"] == "40"
+    pg = cluster.get(PODGROUPS[scheduler], "huge", "-n", namespace)
+    assert pg["spec"]["minMember"] == 5
+    if scheduler == "coscheduling":
+        # the scheduler's words say why: Coscheduling's PreFilter weighs the PodGroup's minResources
+        # (5 x 8 GPUs) against the free resources of the whole cluster (4 x 8)
+        # (the gap is printed as Go prints a ResourceList: `nvidia.com/gpu:{{8 0} {<nil>}  DecimalSI}`)
+        assert "resource gap: " in message and "nvidia.com/gpu:{{8 0}" in message, message
+        assert pg["spec"]["minResources"]["nvidia.com/gpu"] == "40"
+    else:  # Volcano's gang plugin: the group is short of members it can place, and why
+        assert "minAvailable" in message or "Insufficient nvidia.com/gpu" in message, message
 
     cluster.kubectl("delete", "torchrunjob", "huge", "-n", namespace, "--wait=true")
 
     def nothing_left() -> bool:
-        kinds = f"pods,jobs,services,{PODGROUP}"
+        kinds = f"pods,jobs,services,{PODGROUPS[scheduler]}"
         return not cluster.get(kinds, "-n", namespace, "-l", f"{JOB_LABEL}=huge")["items"]
 
     wait_until(nothing_left, 60, 0.5, message="everything of the job gone")
 
 
+@pytest.mark.parametrize("scheduler", ["coscheduling", "volcano"])
 def test_an_elastic_gang_starts_at_its_minimum_and_grows_through_the_same_scheduler(
     cluster: Cluster,
     namespace: str,
     queues: Callable[..., str],
     start_controller: Callable[..., App],
+    scheduler: str,
 ) -> None:
-    queue = queues("coscheduling")
+    queue = queues(scheduler)
+    name = {"coscheduling": COSCHEDULING_SCHEDULER_NAME, "volcano": VOLCANO_SCHEDULER_NAME}[scheduler]
     # a pass a second, and the whole cluster may be used: 4 x 8 GPUs is small for the 0.97 default
     start_controller("--autoscaler-period", "1", "--max-load-desired", "1")
     make_job(cluster, namespace, queue, "rigid", numNodes=2)
@@ -535,7 +544,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_through_the_same_schedu
         cluster, namespace, queue, "elastic", numNodes=2, elastic=elastic, distributed={"maxRestarts": 3}
     )
     wait_until(lambda: all_running(cluster, namespace, "elastic", 2), 90, 0.5, message="elastic runs with 2")
-    pg = cluster.get(PODGROUP, "elastic", "-n", namespace)
+    pg = cluster.get(PODGROUPS[scheduler], "elastic", "-n", namespace)
     assert pg["spec"]["minMember"] == 2
 
     # the rigid job goes: the autoscaler grows the elastic job into its two nodes
@@ -546,15 +555,18 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_through_the_same_schedu
         return status.get("nodes") == 4 and all_running(cluster, namespace, "elastic", 4)
 
     wait_until(grown, 120, 0.5, message="elastic grown to 4")
-    pg = cluster.get(PODGROUP, "elastic", "-n", namespace)
+    pg = cluster.get(PODGROUPS[scheduler], "elastic", "-n", namespace)
     assert pg["spec"]["minMember"] == 2, "the gang is the job's minimum, whatever its size"
     pods = pods_of(cluster, namespace, "elastic")
     assert len(pods) == 4
     for pod in pods:
-        assert pod["spec"]["schedulerName"] == COSCHEDULING_SCHEDULER_NAME
-        name = pod["metadata"]["name"]
+        assert pod["spec"]["schedulerName"] == name
+        pod_name = pod["metadata"]["name"]
         wait_until(
-            lambda n=name: scheduled_by(cluster, namespace, n), 30, 0.5, message=f"{name} Scheduled event"
+            lambda n=pod_name: scheduled_by(cluster, namespace, n),
+            30,
+            0.5,
+            message=f"{pod_name} Scheduled event",
         )
-        assert scheduled_by(cluster, namespace, name) == {COSCHEDULING_SCHEDULER_NAME}
+        assert scheduled_by(cluster, namespace, pod_name) == {name}
     assert len({p["spec"]["nodeName"] for p in pods}) == 4
