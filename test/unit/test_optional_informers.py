@@ -33,9 +33,15 @@ def factory() -> SharedInformerFactory:
 
 @pytest.fixture
 def stop() -> Iterator[threading.Event]:
+    """Stops the informers a test started, and waits for their threads: a reflector still backing
+    off would log its failed list into whichever test runs next (seen: a flag test's stdout)."""
+    before = set(threading.enumerate())
     event = threading.Event()
     yield event
     event.set()
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)
+        assert not thread.is_alive(), f"{thread.name} outlived its test"
 
 
 class Served:
