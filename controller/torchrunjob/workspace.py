@@ -6,13 +6,14 @@ never adopted, changed or deleted — it is a `NameConflict`):
   queue enables them. A persisted checkpoints claim left by an earlier job of the same name is
   mounted again, untouched;
 - the generation the spec asks for (`spec.workspace.generation`) has its sync pod
-  `<job>-sync-<G>`; the answer is a step (`steps.py`): `Proceed(WorkspaceState)` once a generation
-  the workers may run is synced, else a `Wait` with `WorkspaceReady=False`. A generation counts as
-  synced only when its pod succeeded **and** reported the sync program's marker for G. Until then
-  the job waits (`Syncing`, or `ClaimNotBound` once the workspace claim has stayed unbound past
-  the timeout, quoting the claim's Events); a failed sync gives the sync program's reason. While
-  an earlier generation runs, a new one that syncs or fails leaves it in use (`Reloading`,
-  `ReloadFailed`);
+  `<job>-sync-<G>`, made only once the workspace claim is in the cache (a pod the scheduler sees
+  before its claim waits on the scheduler's backoff); the answer is a step (`steps.py`):
+  `Proceed(WorkspaceState)` once a generation the workers may run is synced, else a `Wait` with
+  `WorkspaceReady=False`. A generation counts as synced only when its pod succeeded **and**
+  reported the sync program's marker for G. Until then the job waits (`Syncing`, or
+  `ClaimNotBound` once the workspace claim has stayed unbound past the timeout, quoting the
+  claim's Events); a failed sync gives the sync program's reason. While an earlier generation
+  runs, a new one that syncs or fails leaves it in use (`Reloading`, `ReloadFailed`);
 - sync pods of generations older than the one in use are removed once it is synced (the pod of the
   generation in use stays, for `kubectl logs`). `roll` restarts (evicts) the worker pods made
   before the generation in use was synced, so all workers move to it together without touching the
@@ -135,12 +136,19 @@ class WorkspaceSync:
         status: TorchrunJobStatus,
         now: datetime,
     ) -> Step[WorkspaceState]:
+        claim_seen = self.children.get(PVCS, job, workspace_claim_name(job.name)) is not None
         claims = self.ensure_claims(job, queue, topo)
         if not isinstance(claims, Proceed):
             return claims
         if not has_workspace(job):
             message = "workspace.source is none: the code is in the image"
             return Proceed(WorkspaceState(True, Reason.NO_WORKSPACE, message))
+        if not claim_seen:
+            # the sync pod comes on the pass the claim's add event brings: a pod that reaches the
+            # scheduler before its claim is found unschedulable ("not found"), and kube-scheduler
+            # may not look at it again for minutes (seen in the test bed: > 90 s)
+            message = f"waiting for PVC {workspace_claim_name(job.name)} to bind"
+            return Wait(Observed(JobConditionType.WORKSPACE_READY, False, Reason.SYNCING, message))
         in_use = _in_use(status)
         desired = job.spec.workspace.generation
         if in_use is not None and status.workspace_generation >= desired:
