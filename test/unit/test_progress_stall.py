@@ -1,0 +1,142 @@
+"""The stall decision as a table, and the rate/ETA computation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from controller.progress.eta import StepHistory, eta, percent
+from controller.progress.stall import RankState, Verdict, decide
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def ranks(*changes: tuple[int, int | None, float]) -> tuple[RankState, ...]:
+    return tuple(RankState(rank, step, at(t)) for rank, step, t in changes)
+
+
+@pytest.mark.parametrize(
+    ("reported", "timeout", "now", "verdict"),
+    [
+        # never reported: never stalled, whatever the timeout
+        ((), 60, 10_000, Verdict(reporting=False)),
+        ((), None, 10_000, Verdict(reporting=False)),
+        # no timeout: reporting, never stalled
+        (ranks((0, 5, 0)), None, 10_000, Verdict(reporting=True)),
+        # fresh: the stall would begin at the newest change + timeout
+        (ranks((0, 5, 0)), 60, 10, Verdict(reporting=True, recheck_after=50.0)),
+        # exactly the timeout: stalled since the last change
+        (ranks((0, 5, 0)), 60, 60, Verdict(reporting=True, stalled=True, since=at(0), silent=(0,))),
+        (ranks((0, 5, 0)), 60, 3600, Verdict(reporting=True, stalled=True, since=at(0), silent=(0,))),
+        # one rank still changes: not stalled, the silent one is named
+        (ranks((0, 5, 0), (1, 9, 100)), 60, 120, Verdict(reporting=True, silent=(0,), recheck_after=40.0)),
+        # all silent: stalled since the newest change of any rank
+        (
+            ranks((1, 9, 100), (0, 5, 0)),
+            60,
+            200,
+            Verdict(reporting=True, stalled=True, since=at(100), silent=(0, 1)),
+        ),
+    ],
+)
+def test_stall_decision(
+    reported: tuple[RankState, ...], timeout: int | None, now: float, verdict: Verdict
+) -> None:
+    assert decide(reported, timeout, at(now)) == verdict
+
+
+def test_stalled_message_names_last_step_since_when_and_silent_ranks() -> None:
+    reported = ranks((0, 41, 0), (1, 42, 30))
+    verdict = decide(reported, 60, at(100))
+    message = verdict.message(reported, 60)
+    assert "step 42" in message and "rank 1" in message
+    assert "2026-01-01T00:00:30Z" in message
+    assert "silent: rank 0, rank 1" in message
+
+
+def test_progressing_message_names_the_newest_step() -> None:
+    reported = ranks((0, 41, 0), (1, 42, 90))
+    message = decide(reported, 60, at(100)).message(reported, 60)
+    assert message.startswith("step 42 reported by rank 1 at 2026-01-01T00:01:30Z")
+    assert "silent for 60s or more: rank 0" in message
+
+
+# -- rate and ETA --------------------------------------------------------------------------
+
+
+def test_rate_needs_two_samples() -> None:
+    h = StepHistory()
+    assert h.rate() is None
+    h.add(0, 10)
+    assert h.rate() is None
+    h.add(10, 30)
+    assert h.rate() == 2.0
+
+
+def test_rate_is_the_recent_one() -> None:
+    h = StepHistory()
+    h.add(0, 0)
+    h.add(1000, 10)  # a slow start: 0.01 steps/s
+    for t in range(1100, 1700, 100):
+        h.add(t, 10 + (t - 1000))  # then 1 step/s
+    assert h.rate(window=600) == pytest.approx(1.0)
+    assert h.rate(window=10_000) == pytest.approx(610 / 1600)
+
+
+def test_rate_with_one_sample_in_the_window_uses_the_previous_one() -> None:
+    h = StepHistory()
+    h.add(0, 0)
+    h.add(5000, 100)
+    assert h.rate(window=600) == pytest.approx(0.02)
+
+
+def test_a_step_going_back_starts_the_history_again() -> None:
+    h = StepHistory()
+    h.add(0, 100)
+    h.add(10, 200)
+    h.add(20, 50)  # restarted from an earlier checkpoint
+    assert h.rate() is None
+    h.add(30, 70)
+    assert h.rate() == 2.0
+
+
+def test_repeated_steps_keep_their_first_time_and_history_is_bounded() -> None:
+    h = StepHistory(max_samples=4)
+    h.add(0, 1)
+    h.add(50, 1)
+    h.add(100, 101)
+    assert h.rate() == 1.0
+    for i in range(100):
+        h.add(200 + i, 200 + i)
+    assert len(h._samples) == 4
+
+
+@pytest.mark.parametrize(
+    ("step", "total", "rate", "expected"),
+    [
+        (100, 1000, 2.0, at(450)),
+        (1000, 1000, None, at(0)),  # done: now
+        (1200, 1000, 5.0, at(0)),
+        (None, 1000, 2.0, None),
+        (100, None, 2.0, None),
+        (100, 1000, None, None),
+        (100, 1000, 0.0, None),
+        (100, 1000, -1.0, None),
+        (0, 2**53, 1e-9, None),  # beyond ten years
+    ],
+)
+def test_eta(step: int | None, total: int | None, rate: float | None, expected: datetime | None) -> None:
+    assert eta(step, total, rate, at(0)) == expected
+
+
+@pytest.mark.parametrize(
+    ("step", "total", "expected"),
+    [(0, 10, 0), (419, 1000, 41), (999, 1000, 99), (1000, 1000, 100), (5000, 1000, 100), (5, None, None)],
+)
+def test_percent(step: int, total: int | None, expected: int | None) -> None:
+    assert percent(step, total) == expected
