@@ -125,11 +125,15 @@ def _parse_value(ftype: FieldType, raw: Any, path: str, errors: list[FieldError]
         assert ftype.item is not None
         items = [_parse_value(ftype.item, v, f"{path}[{i}]", errors) for i, v in enumerate(raw)]
         return _BAD if any(isinstance(v, _Bad) for v in items) else tuple(items)
-    if kind in (Kind.STR_MAP, Kind.JSON_OBJECT):
+    if kind in (Kind.STR_MAP, Kind.NUMBER_MAP, Kind.JSON_OBJECT):
         if not isinstance(raw, Mapping):
             return _bad(errors, path, f"must be an object, not {_json_type(raw)}")
         if kind is Kind.STR_MAP and not all(isinstance(v, str) for v in raw.values()):
             return _bad(errors, path, "values must be strings")
+        if kind is Kind.NUMBER_MAP:
+            if not all(_is_number(v) for v in raw.values()):
+                return _bad(errors, path, "values must be numbers")
+            return {k: float(v) for k, v in raw.items()}
         return copy.deepcopy(dict(raw))
     return _parse_scalar(ftype, raw, path, errors)
 
@@ -143,6 +147,9 @@ def _parse_scalar(ftype: FieldType, raw: Any, path: str, errors: list[FieldError
     if kind is Kind.INT:
         ok = isinstance(raw, int) and not isinstance(raw, bool)
         return raw if ok else _bad(errors, path, f"must be an integer, not {_json_type(raw)}")
+    if kind is Kind.FLOAT:
+        ok = _is_number(raw)
+        return float(raw) if ok else _bad(errors, path, f"must be a number, not {_json_type(raw)}")
     if kind is Kind.STR:
         return raw if isinstance(raw, str) else _bad(errors, path, f"must be a string, not {_json_type(raw)}")
     if kind is Kind.ENUM:
@@ -169,6 +176,10 @@ def _check_range(value: int, schema: Mapping[str, Any], path: str, errors: list[
         errors.append(FieldError(path, f"must be greater than or equal to {schema['minimum']}"))
     if "maximum" in schema and value > schema["maximum"]:
         errors.append(FieldError(path, f"must be less than or equal to {schema['maximum']}"))
+
+
+def _is_number(raw: Any) -> bool:
+    return isinstance(raw, (int, float)) and not isinstance(raw, bool)
 
 
 def _bad(errors: list[FieldError], path: str, message: str) -> _Bad:

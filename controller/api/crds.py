@@ -51,6 +51,7 @@ JOB_COLUMNS = (
     _column("GPUs", "integer", ".status.gpus", "GPUs the job runs on now."),
     _column("Phase", "string", ".status.phase", "Pending, Syncing, Running, Succeeded, Failed or Suspended."),
     _column("Restarts", "integer", ".status.restarts", "Whole-job restarts."),
+    _column("Progress", "string", ".status.progress.summary", "Percent done, else the last step reported."),
     _AGE,
     _column("Ready", "integer", ".status.workers.ready", "Worker pods ready.", priority=1),
     _column("Command", "string", ".spec.command", "What the job runs.", priority=1),

@@ -116,12 +116,14 @@ class Kind(enum.Enum):
 
     BOOL = "bool"
     INT = "int"
+    FLOAT = "float"
     STR = "str"
     ENUM = "enum"
     QUANTITY = "quantity"
     DATETIME = "datetime"
     LIST = "list"
     STR_MAP = "str-map"
+    NUMBER_MAP = "number-map"
     JSON_OBJECT = "json-object"
     OBJECT = "object"
 
@@ -145,10 +147,13 @@ def field_type(annotation: Any) -> FieldType:
     if origin is Mapping:
         key, value = typing.get_args(annotation)
         assert key is str, f"map keys must be str in {annotation}"
+        if value is float:
+            return FieldType(Kind.NUMBER_MAP, annotation)
         return FieldType(Kind.JSON_OBJECT if value is Any else Kind.STR_MAP, annotation)
     simple = {
         bool: Kind.BOOL,
         int: Kind.INT,
+        float: Kind.FLOAT,
         str: Kind.STR,
         Quantity: Kind.QUANTITY,
         datetime.datetime: Kind.DATETIME,

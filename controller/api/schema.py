@@ -86,6 +86,8 @@ def type_schema(ftype: FieldType, items: Mapping[str, Any], *, defaults: bool) -
         return {"type": "array", "items": {**type_schema(ftype.item, {}, defaults=defaults), **items}}
     if kind is Kind.STR_MAP:
         return {"type": "object", "additionalProperties": {"type": "string", **items}}
+    if kind is Kind.NUMBER_MAP:
+        return {"type": "object", "additionalProperties": {"type": "number", **items}}
     if kind is Kind.JSON_OBJECT:
         return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     if kind is Kind.QUANTITY:
@@ -98,7 +100,8 @@ def type_schema(ftype: FieldType, items: Mapping[str, Any], *, defaults: bool) -
         return {"type": "string", "enum": [m.value for m in ftype.python]}
     if kind is Kind.DATETIME:
         return {"type": "string", "format": "date-time"}
-    return {"type": {Kind.BOOL: "boolean", Kind.INT: "integer", Kind.STR: "string"}[kind]}
+    names = {Kind.BOOL: "boolean", Kind.INT: "integer", Kind.FLOAT: "number", Kind.STR: "string"}
+    return {"type": names[kind]}
 
 
 def schema_default(f: ResolvedField) -> Any:

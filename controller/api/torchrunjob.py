@@ -50,6 +50,7 @@ from controller.api.core import (
 )
 from controller.api.distributed import MAX_NODES, Distributed, Elastic
 from controller.api.fields import Rule, api, cel
+from controller.api.progress import Progress, ProgressPolicy
 from controller.api.workspace import SeedVolumes, Workspace
 
 MAX_GPUS = 8192
@@ -75,6 +76,7 @@ class JobConditionType:
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    PROGRESSING = "Progressing"  # set once the job reported progress; False with reason Stalled
 
 
 @cel(
@@ -284,6 +286,10 @@ class TorchrunJobSpec:
         default_factory=FailurePolicy, metadata=api("Restarts after failures.")
     )
     overrides: JobOverrides | None = field(default=None, metadata=api("Queue settings this job replaces."))
+    progress: ProgressPolicy | None = field(
+        default=None,
+        metadata=api("Stall detection of the job's progress reports; each field absent takes the queue's."),
+    )
 
     @property
     def seed_workspace(self) -> bool:
@@ -324,7 +330,8 @@ class TorchrunJobStatus:
     conditions: tuple[Condition, ...] = field(
         default=(),
         metadata=api(
-            "Admitted, WorkspaceReady, Running, Suspended, Succeeded, Failed.", schema=CONDITION_LIST_SCHEMA
+            "Admitted, WorkspaceReady, Running, Suspended, Succeeded, Failed, Progressing.",
+            schema=CONDITION_LIST_SCHEMA,
         ),
     )
     observed_generation: int = field(
@@ -377,6 +384,10 @@ class TorchrunJobStatus:
         metadata=api(
             "When workspaceGeneration finished syncing: worker pods made before it are restarted onto it."
         ),
+    )
+    progress: Progress | None = field(
+        default=None,
+        metadata=api("Where training is, as the ranks last reported it (TORCHRUN_PROGRESS_FILE)."),
     )
 
 

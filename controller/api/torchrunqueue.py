@@ -35,6 +35,7 @@ from controller.api.core import (
 )
 from controller.api.distributed import DEFAULT_ETCD_IMAGE
 from controller.api.fields import JSONObject, Rule, api, cel
+from controller.api.progress import Debug, ProgressPolicy
 from controller.api.quantity import Quantity
 from controller.api.storage import Storage
 
@@ -255,6 +256,13 @@ class TorchrunQueueSpec:
             "Which fields of a job's spec.overrides this queue accepts; none when absent.",
             schema={"maxItems": len(Overridable), "x-kubernetes-list-type": "set"},
         ),
+    )
+    progress: ProgressPolicy | None = field(
+        default=None,
+        metadata=api("Defaults of the jobs' spec.progress (each field a job sets wins)."),
+    )
+    debug: Debug | None = field(
+        default=None, metadata=api("Debugging tools of the jobs; stack dumps allowed when absent.")
     )
 
 

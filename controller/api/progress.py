@@ -1,0 +1,113 @@
+"""Training progress in the API: the stall policy (job and queue), the stack-dump switch (queue)
+and `status.progress` (job).
+
+- `spec.progress` of a job overrides its queue's `spec.progress` field by field (`effective`);
+  neither set means no stall timeout: a job is never called stalled unless someone asked.
+- `status.progress` is what the reporter sidecars last said, written by the controller at most
+  once per `--progress-period` per job; `metrics` holds the user's numbers, at most 32 (the
+  reporter's and the controller's parser drop the rest, `controller.progress.record`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from controller.api.fields import api
+
+MAX_METRICS = 32
+_SHORT = {"maxLength": 32}
+
+
+class OnStall(str, enum.Enum):
+    NONE = "None"  # the condition and a Warning Event only
+    RESTART = "Restart"  # a whole-job restart, counted against failurePolicy.maxRestarts
+
+
+@dataclass(frozen=True)
+class ProgressPolicy:
+    """What silence of the progress reports means: after stallTimeoutSeconds without a new record
+    from any rank (once the job reported at least once), Progressing=False Stalled."""
+
+    stall_timeout_seconds: int | None = field(
+        default=None,
+        metadata=api(
+            "Seconds without a new progress record from any rank after which the job is Stalled; "
+            "never stalled when absent (a job that never reports is never stalled).",
+            schema={"minimum": 10, "maximum": 7 * 86400, "format": "int32"},
+        ),
+    )
+    on_stall: OnStall | None = field(
+        default=None,
+        metadata=api(
+            "None: the condition and a Warning Event; Restart: also a whole-job restart counted "
+            "against failurePolicy.maxRestarts. None when absent."
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    stall_timeout_seconds: int | None
+    on_stall: OnStall
+
+
+def effective(job: ProgressPolicy | None, queue: ProgressPolicy | None) -> EffectivePolicy:
+    """The job's policy, each field falling back to the queue's."""
+    job, queue = job or ProgressPolicy(), queue or ProgressPolicy()
+    timeout = job.stall_timeout_seconds
+    if timeout is None:
+        timeout = queue.stall_timeout_seconds
+    on_stall = job.on_stall or queue.on_stall or OnStall.NONE
+    return EffectivePolicy(timeout, on_stall)
+
+
+@dataclass(frozen=True)
+class Debug:
+    """Debugging tools the queue's jobs get."""
+
+    stack_dumps: bool = field(
+        default=True,
+        metadata=api(
+            "kubectl torchrun stack may dump the ranks' Python stacks (py-spy in the reporter "
+            "sidecar, which gets SYS_PTRACE; the training container never does)."
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training is, as the ranks last reported it."""
+
+    step: int | None = field(default=None, metadata=api("Last step reported.", schema={"format": "int64"}))
+    total_steps: int | None = field(
+        default=None, metadata=api("Steps the run will take, as reported.", schema={"format": "int64"})
+    )
+    epoch: float | None = field(default=None, metadata=api("Epoch reported."))
+    percent: int | None = field(
+        default=None, metadata=api("step / totalSteps in whole percent.", schema={"format": "int32"})
+    )
+    samples_per_second: float | None = field(default=None, metadata=api("Throughput reported."))
+    eta: datetime.datetime | None = field(
+        default=None, metadata=api("When totalSteps will be reached at the recent rate of steps.")
+    )
+    metrics: Mapping[str, float] = field(
+        default_factory=dict,
+        metadata=api(
+            "The user's numbers of the last record (e.g. loss), at most 32.",
+            schema={"maxProperties": MAX_METRICS},
+        ),
+    )
+    update_time: datetime.datetime | None = field(
+        default=None,
+        metadata=api("When the training program wrote this record (as its reporter saw it change)."),
+    )
+    summary: str | None = field(
+        default=None,
+        metadata=api("`42%`, or `step 1200` without totalSteps: the PROGRESS column.", schema=_SHORT),
+    )
+    rank: int | None = field(
+        default=None, metadata=api("The rank whose record this is.", schema={"format": "int32"})
+    )
