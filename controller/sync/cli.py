@@ -1,4 +1,5 @@
-"""The command line of `python -m controller.sync`: receive, fetch, copy (docs/workspace.md).
+"""The command line of `python -m controller.sync`: receive, fetch, copy (docs/workspace.md), prepare
+(docs/checkpoints.md).
 
 Every command ends in one of two ways: success (exit 0, a line or the marker's JSON on stdout) or
 failure (exit 1, one line `Reason: message` on stderr). `fetch` also writes the termination
@@ -23,10 +24,12 @@ from controller.sync.errors import (
     S3_FETCH_FAILED,
     SOURCE_NOT_FOUND,
     UPLOAD_TIMEOUT,
+    WORKSPACE_ERROR,
     SyncError,
 )
 from controller.sync.generations import Marker, read_failure, read_marker, record_failure
 from controller.sync.limits import DEFAULT_MAX_FILES, Limits
+from controller.sync.prepare import prepare_tools
 from controller.sync.request import FetchRequest
 from controller.sync.termination import SyncResult, write_termination_message
 from controller.sync.upload import DEFAULT_IDLE_TIMEOUT, receive
@@ -49,6 +52,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return _receive(args, workspace)
         if args.command == "fetch":
             return _fetch(args, workspace, env)
+        if args.command == "prepare":
+            return _prepare(args)
         return _copy(args, workspace)
     except SyncError as e:
         print(f"{e.reason}: {e.message}", file=sys.stderr)
@@ -164,6 +169,16 @@ def _copy(args: argparse.Namespace, workspace: Path) -> int:
     return 0
 
 
+def _prepare(args: argparse.Namespace) -> int:
+    target = Path(args.target)
+    try:
+        prepare_tools(target, {})
+    except OSError as e:
+        raise SyncError(WORKSPACE_ERROR, f"preparing {target}: {e}") from e
+    print(f"Prepared {target}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m controller.sync", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -186,6 +201,8 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--min-generation", type=_non_negative, required=True)
     copy.add_argument("--target", required=True, help="directory to copy into")
     copy.add_argument("--timeout", type=float, default=DEFAULT_COPY_TIMEOUT, help="seconds")
+    prepare = commands.add_parser("prepare", help="fill /opt/torchrun (every worker's first init container)")
+    prepare.add_argument("--target", required=True, help="directory to fill (the torchrun-tools volume)")
     return parser
 
 

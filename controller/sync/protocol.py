@@ -1,11 +1,12 @@
 """The sync program's calling half of its contract: how the controller and the plugin run it.
 
-One home for what three packages used to spell out on their own: the program (`PROGRAM`), the
-sync pod's name (`sync_pod_name`) and container name (`CONTAINER`), and the argv of each command
-— `receive_argv` (the plugin, over pods/exec into the sync pod), `fetch_argv` (the sync pod's
-command), `copy_argv` (the workers' init container). Every argv built here is parsed by the sync
-program's own parser in a unit test, so the two halves cannot drift. The return half of the
-contract (what the program reports back) lives in `termination.py`.
+One home for what three packages used to spell out on their own: the program (`PROGRAM`), the sync
+pod's name (`sync_pod_name`) and container name (`CONTAINER`), and the argv of each command —
+`receive_argv` (the plugin, over pods/exec into the sync pod), `fetch_argv` (the sync pod's
+command), `copy_argv` (the workers' init container), `prepare_argv` (every worker's first init
+container). Every argv built here is parsed by the sync program's own parser in a unit test, so the
+two halves cannot drift. The return half of the contract (what the program reports back) lives in
+`termination.py`.
 """
 
 from __future__ import annotations
@@ -67,3 +68,8 @@ def copy_argv(*, min_generation: int, target: str, timeout: int) -> list[str]:
         "--timeout",
         str(timeout),
     ]
+
+
+def prepare_argv(*, target: str) -> list[str]:
+    """`prepare`: every worker pod's first init container fills `target` (`/opt/torchrun`)."""
+    return [*PROGRAM, "prepare", "--target", target]

@@ -108,7 +108,7 @@ def launch_of(j: TorchrunJob, q: TorchrunQueue, rank: int) -> Launch:
     topo = resolve_topology(j.spec, q.spec.node_resources)
     manifest = build_worker_job(j, q, topo, parse_command(j.spec.command))
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["torchrun"]
+    assert container["command"] == ["/bin/sh", "/opt/torchrun/launch", "torchrun"]  # launch execs torchrun
     env: dict[str, str] = {}
     for var in container["env"]:
         if "value" in var:

@@ -79,7 +79,7 @@ def test_two_node_job_runs_to_success(
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == "train" and pod["restartPolicy"] == "Never"
     c = pod["containers"][0]
-    assert c["command"] == ["torchrun"]
+    assert c["command"] == ["/bin/sh", "/opt/torchrun/launch", "torchrun"]
     assert c["args"] == [
         "--nnodes=2",
         "--nproc_per_node=8",

@@ -32,6 +32,7 @@ from controller.torchrunjob.metrics import JobsCollector
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"
+TOOLS = REPO / "controller" / "tools"
 DASHBOARD = CONFIG / "grafana" / "torchrun-controller.json"
 SETUP = configparser.ConfigParser()
 SETUP.read(REPO / "setup.cfg")
@@ -179,9 +180,20 @@ def test_the_wheel_ships_every_module() -> None:
     dirs = {
         ".".join(p.parent.relative_to(REPO).parts)
         for p in (REPO / "controller").rglob("*.py")
-        if "__pycache__" not in p.parts
+        if "__pycache__" not in p.parts and TOOLS not in p.parents  # tools/ is package data
     }
     assert dirs - found == set(), "these directories need an __init__.py to ship in the wheel"
+
+
+def test_the_wheel_ships_every_file_of_the_worker_tools() -> None:
+    """`controller/tools/` is copied into every worker pod (`sync prepare`): not a package, so
+    only `package_data` ships it; each of its files must match one of those patterns."""
+    patterns = SETUP["options.package_data"]["controller"].replace(",", " ").split()
+    files = [p for p in TOOLS.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert any(p.name == "launch" for p in files)
+    for path in files:
+        relative = path.relative_to(REPO / "controller").as_posix()
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
 
 
 # -- Deployment, Service, ServiceMonitor ---------------------------------------------------------------

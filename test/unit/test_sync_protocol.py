@@ -55,6 +55,11 @@ def test_copy_argv_round_trips() -> None:
     assert (args["min_generation"], args["target"], args["timeout"]) == (4, "/code", 600.0)
 
 
+def test_prepare_argv_round_trips() -> None:
+    args = parse(protocol.prepare_argv(target="/opt/torchrun"))
+    assert (args["command"], args["target"]) == ("prepare", "/opt/torchrun")
+
+
 def test_the_controller_builds_its_pods_with_these_argvs() -> None:
     """The sync pod's command and the workers' init container are the protocol's argvs."""
     j, q = job(workspace={"source": "git", "git": {"url": "https://git.example/r.git"}}), queue()
@@ -64,8 +69,9 @@ def test_the_controller_builds_its_pods_with_these_argvs() -> None:
     assert container["name"] == protocol.CONTAINER
     assert pod["metadata"]["name"] == protocol.sync_pod_name("j", 1)
     assert parse(container["command"])["url"] == "https://git.example/r.git"
-    (init,) = worker(j, q, generation=1)["spec"]["template"]["spec"]["initContainers"]
+    prepare, init = worker(j, q, generation=1)["spec"]["template"]["spec"]["initContainers"]
     assert parse(init["command"])["min_generation"] == 1
+    assert parse(prepare["command"])["target"] == "/opt/torchrun"
 
 
 def test_the_program_is_spelled_in_one_place() -> None:

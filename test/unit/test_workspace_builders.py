@@ -129,8 +129,8 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     j = job(workspace={"source": "upload", "mountPath": "/code"})
     manifest = worker(j, q, generation=4, sync_image="sync:1")
     pod = manifest["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
-    assert init["image"] == "sync:1"
+    prepare, init = pod["initContainers"]
+    assert prepare["name"] == "prepare" and prepare["image"] == init["image"] == "sync:1"
     assert init["command"] == [
         "python", "-m", "controller.sync", "copy",
         "--min-generation", "4", "--target", "/code", "--timeout", "600",
@@ -138,7 +138,7 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     assert init["securityContext"] == pod["containers"][0]["securityContext"]
     assert init["securityContext"]["runAsUser"] == 1000
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
-    assert set(mounts) == {"/dev/shm", "/code", "/checkpoints", "/data"}
+    assert set(mounts) == {"/dev/shm", "/opt/torchrun", "/code", "/checkpoints", "/data"}
     assert mounts["/data"]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["workspace"]["persistentVolumeClaim"] == {"claimName": "j-workspace", "readOnly": True}
@@ -146,11 +146,11 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     assert manifest["metadata"]["annotations"]["torchrun.ai/workspace-generation"] == "4"
 
 
-def test_a_job_without_a_workspace_gets_no_init_container() -> None:
+def test_a_job_without_a_workspace_gets_no_code_copy_but_still_its_tools() -> None:
     j, q = job(workspace={"source": "none"}), queue()
     pod = worker(j, q, generation=0, sync_image="sync:1")["spec"]["template"]["spec"]
-    assert "initContainers" not in pod
-    assert [v["name"] for v in pod["volumes"]] == ["dshm"]
+    assert [c["name"] for c in pod["initContainers"]] == ["prepare"]
+    assert [v["name"] for v in pod["volumes"]] == ["dshm", "torchrun-tools"]
 
 
 def ended(phase: str, message: str, finished: str = "2026-11-23T12:00:00Z") -> dict[str, Any]:

@@ -4,11 +4,12 @@
 afterwards: one pod per node, hostnames `<job>-<index>` under `subdomain: <job>`, torchrun with the
 launch of `launch.py` (rendezvous from `rendezvous.py`), resources and placement from the queue
 (plus allowed overrides; a CPU-only queue requests no GPU resource), /dev/shm sized shmSizePerGPU ×
-GPUs per node (a CPU-only node counts as one), success when index 0 succeeds, pod failures
-mapped from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), the storage
-(`storage.worker_storage`), the size (`parallelism`: an elastic job's current size, completions
-stay `maxNodes`), the whole-job restart it belongs to and the workspace generation in use
-(annotations), and whether it starts suspended.
+GPUs per node (a CPU-only node counts as one), success when index 0 succeeds, pod failures mapped
+from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), the storage
+(`storage.worker_storage`), `/opt/torchrun` and the launch through it (`tools.worker_tools`), the
+size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
+restart it belongs to and the workspace generation in use (annotations), and whether it starts
+suspended.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN, node0_host, rendezvous
 from controller.torchrunjob.manifests.scheduling import SchedulerFields, scheduler_fields
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
+from controller.torchrunjob.manifests.tools import WorkerTools, worker_tools
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "torchrun"
@@ -130,14 +132,19 @@ def _pod_failure_policy(job: TorchrunJob) -> dict[str, Any]:
 
 
 def _container(
-    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand, cluster_domain: str
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    topo: JobTopology,
+    parsed: ParsedCommand,
+    cluster_domain: str,
+    tools: WorkerTools,
 ) -> dict[str, Any]:
-    """The torchrun container, without the storage mounts."""
+    """The torchrun container, launched through `/opt/torchrun/launch`, without the mounts."""
     return {
         "name": CONTAINER,
         "image": image_of(job, queue),
         "workingDir": working_dir_of(job, queue),
-        "command": ["torchrun"],
+        "command": list(tools.command),
         "args": torchrun_args(
             parsed,
             nnodes=topo.nnodes,
@@ -157,24 +164,24 @@ def _pod_spec(
     queue: TorchrunQueue,
     container: dict[str, Any],
     storage: WorkerStorage,
+    tools: WorkerTools,
     sched: SchedulerFields,
     shm: str,
 ) -> dict[str, Any]:
     spec = queue.spec
+    shm_mount = {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": job.name,
-        "containers": [
-            {**container, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}, *storage.mounts]}
-        ],
+        "containers": [{**container, "volumeMounts": [shm_mount, tools.mount, *storage.mounts]}],
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            tools.volume,
             *storage.volumes,
         ],
+        "initContainers": [tools.init_container, *storage.init_containers],
         **placement(job, queue),
     }
-    if storage.init_containers:
-        pod["initContainers"] = list(storage.init_containers)
     if spec.image_pull_secrets:
         pod["imagePullSecrets"] = [to_json(s) for s in spec.image_pull_secrets]
     if spec.service_account_name:
@@ -227,11 +234,14 @@ def build_worker_job(
 ) -> dict[str, Any]:
     """The worker Job of whole-job restart `restart`, whole (module doc). `parallelism` is an
     elastic job's current size (default: `topo.nodes`); `generation` is the workspace generation
-    in use; `sync_image` runs the code-copying init container (the queue's `syncImage` wins)."""
+    in use; `sync_image` runs the init containers, `prepare` and the code copy (the queue's
+    `syncImage` wins)."""
     sched = scheduler_fields(job, queue)
-    storage = worker_storage(job, queue, generation=generation, image=queue.spec.sync_image or sync_image)
+    image = queue.spec.sync_image or sync_image
+    storage = worker_storage(job, queue, generation=generation, image=image)
+    tools = worker_tools(queue, image=image)
     shm = str(queue.spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node)
-    container = _container(job, queue, topo, parsed, cluster_domain)
+    container = _container(job, queue, topo, parsed, cluster_domain, tools)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -247,7 +257,7 @@ def build_worker_job(
             "suspend": suspend,
             "template": {
                 "metadata": _pod_metadata(job, queue, sched),
-                "spec": _pod_spec(job, queue, container, storage, sched, shm),
+                "spec": _pod_spec(job, queue, container, storage, tools, sched, shm),
             },
         },
     }

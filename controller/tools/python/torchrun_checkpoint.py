@@ -1,0 +1,111 @@
+"""Checkpoints and resume for a training program run by torchrun-controller (docs/checkpoints.md).
+
+Every worker pod has this module on PYTHONPATH (`/opt/torchrun/python`, no image change needed).
+Standard library only. What it offers:
+
+- `checkpoint_dir()`: the job's checkpoint root (`TORCHRUN_CHECKPOINT_DIR`), None without one;
+  `path_for(step)`: `<root>/step-<step>`, a name the controller reads the step from;
+- `resume_from()`: the latest complete checkpoint the controller found before this start
+  (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr);
+- `mark_complete(path)`: after every rank has written `path`, rank 0 calls this; only then does the
+  controller count it (a `torch.distributed.checkpoint` directory with `.metadata` or a Hugging
+  Face `checkpoint-<step>/` with `trainer_state.json` count without it);
+- `stop_requested()`: True once the pod was asked to stop (the controller's suspend, shrink, hot
+  reload, deadline or graceful delete: torchrun forwards the container's SIGTERM to this process).
+  Importing this module makes that signal (`TORCHRUN_STOP_SIGNAL`, SIGTERM) set a flag instead of
+  ending the process — unless the program already handles it — so check it every step, save,
+  and exit; torchrun kills what is still running after its own grace time.
+- `attempt()`: the whole-job restart this run belongs to (`TORCHRUN_ATTEMPT`, 0 first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+ENV_DIR = "TORCHRUN_CHECKPOINT_DIR"
+ENV_RESUME = "TORCHRUN_RESUME_FROM"
+ENV_ATTEMPT = "TORCHRUN_ATTEMPT"
+ENV_STOP_SIGNAL = "TORCHRUN_STOP_SIGNAL"
+MARKER = ".torchrun_complete"
+
+_stop = threading.Event()
+
+
+def checkpoint_dir() -> Path | None:
+    """The job's checkpoint root, or None when the queue gives the job none."""
+    value = os.environ.get(ENV_DIR)
+    return Path(value) if value else None
+
+
+def path_for(step: int) -> Path:
+    """Where to save the checkpoint of `step`: `<root>/step-<step>`."""
+    root = checkpoint_dir()
+    if root is None:
+        raise RuntimeError(f"{ENV_DIR} is not set: the job's queue has no checkpoints volume")
+    return root / f"step-{int(step)}"
+
+
+def resume_from() -> Path | None:
+    """The checkpoint to resume from, or None to start from scratch."""
+    value = os.environ.get(ENV_RESUME)
+    if not value:
+        return None
+    path = Path(value)
+    if not path.exists():
+        print(f"torchrun_checkpoint: {path} disappeared since this start chose it", file=sys.stderr)
+        return None
+    return path
+
+
+def mark_complete(path: str | os.PathLike[str]) -> Path:
+    """Mark checkpoint directory `path` complete (its marker is written in one step, last)."""
+    directory = Path(path)
+    data = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
+    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.rename(tmp, directory / MARKER)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return directory / MARKER
+
+
+def stop_requested() -> bool:
+    """True once the stop signal arrived (module doc)."""
+    return _stop.is_set()
+
+
+def attempt() -> int:
+    """The whole-job restart number of this run (0 for the first)."""
+    value = os.environ.get(ENV_ATTEMPT, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def _on_stop(signum: int, frame: FrameType | None) -> None:
+    _stop.set()
+
+
+def _install() -> None:
+    """Catch the stop signal if nobody else does (signals can only be set from the main thread)."""
+    name = os.environ.get(ENV_STOP_SIGNAL) or "SIGTERM"
+    signum = getattr(signal, name, None)
+    if not isinstance(signum, signal.Signals) or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signum) in (signal.SIG_DFL, None):
+        signal.signal(signum, _on_stop)
+
+
+_install()
