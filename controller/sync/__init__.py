@@ -1,6 +1,7 @@
 """The sync program: moves a job's code into a workspace generation (`python -m controller.sync`).
 
-Self-contained (standard library only, nothing else from `controller`), so the controller and the
+Self-contained (standard library only, nothing else from `controller` but the equally
+self-contained `controller.checkpoint`), so the controller and the
 plugin can import its constants (`layout`, `errors`) and its termination-message parser, and so it
 can run in any image with Python. docs/workspace.md is the contract; the modules:
 
@@ -16,6 +17,7 @@ can run in any image with Python. docs/workspace.md is the contract; the modules
 - `copy`: the workers' init container (wait for CURRENT, copy the tree).
 - `termination`: the result as a termination message, and its parser for the controller.
 - `request`: `FetchRequest`, what `fetch` hands the source modules in `sources/`.
+- `prepare`: every worker's first init container fills `/opt/torchrun` (tools, env file).
 - `cli`: the command line.
 """
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from controller.checkpoint import CheckpointReport, resume
 from controller.sync import layout
 from controller.sync.copy import copy_tree, wait_for_generation
 from controller.sync.errors import (
@@ -31,10 +32,11 @@ from controller.sync.generations import Marker, read_failure, read_marker, recor
 from controller.sync.limits import DEFAULT_MAX_FILES, Limits
 from controller.sync.prepare import prepare_tools
 from controller.sync.request import FetchRequest
-from controller.sync.termination import SyncResult, write_termination_message
+from controller.sync.termination import SyncResult, write_termination_message, write_text_message
 from controller.sync.upload import DEFAULT_IDLE_TIMEOUT, receive
 
 SOURCES = ("upload", "git", "s3", "pvc")
+ENV_NODE_RANK = "TORCHRUN_NODE_RANK"  # prepare: the pod's node rank (its completion index)
 # the reason a source reports when its module is missing from the image
 _SOURCE_REASON = {"git": GIT_FETCH_FAILED, "s3": S3_FETCH_FAILED, "pvc": SOURCE_NOT_FOUND}
 DEFAULT_FETCH_TIMEOUT = 1800.0
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if args.command == "fetch":
             return _fetch(args, workspace, env)
         if args.command == "prepare":
-            return _prepare(args)
+            return _prepare(args, env)
         return _copy(args, workspace)
     except SyncError as e:
         print(f"{e.reason}: {e.message}", file=sys.stderr)
@@ -169,14 +171,32 @@ def _copy(args: argparse.Namespace, workspace: Path) -> int:
     return 0
 
 
-def _prepare(args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Fill the tools directory; with `--checkpoints`, choose what to resume from (rank 0 also
+    prunes and reports it as the termination message)."""
     target = Path(args.target)
+    variables: dict[str, str] = {}
+    rank0 = env.get(ENV_NODE_RANK, "0") == "0"
+    if args.checkpoints:
+        chosen = resume(Path(args.checkpoints), attempt=args.attempt, keep=args.keep, prunes=rank0)
+        variables.update(chosen.env)
+        if rank0:
+            write_text_message(_termination_log(env), chosen.report.to_json())
+        print(_resume_line(chosen.report))
     try:
-        prepare_tools(target, {})
+        prepare_tools(target, variables)
     except OSError as e:
         raise SyncError(WORKSPACE_ERROR, f"preparing {target}: {e}") from e
     print(f"Prepared {target}")
     return 0
+
+
+def _resume_line(report: CheckpointReport) -> str:
+    said = [f"resuming from {report.resumed_from}" if report.resumed_from else "no complete checkpoint"]
+    said.append(f"{report.count} complete in {report.root}")
+    if report.pruned:
+        said.append(f"{report.pruned} removed by retention")
+    return "; ".join(said + list(report.problems))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -203,6 +223,9 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--timeout", type=float, default=DEFAULT_COPY_TIMEOUT, help="seconds")
     prepare = commands.add_parser("prepare", help="fill /opt/torchrun (every worker's first init container)")
     prepare.add_argument("--target", required=True, help="directory to fill (the torchrun-tools volume)")
+    prepare.add_argument("--checkpoints", help="the job's checkpoint root: choose what to resume from")
+    prepare.add_argument("--attempt", type=_non_negative, default=0, help="the whole-job restart number")
+    prepare.add_argument("--keep", type=_positive, default=None, help="retention: complete checkpoints kept")
     return parser
 
 
@@ -219,6 +242,13 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
     return value
 
 

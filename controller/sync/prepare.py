@@ -44,4 +44,4 @@ def prepare_tools(target: Path, env: Mapping[str, str], *, tools: Path = TOOLS) 
     """Copy `tools` into `target` and write `target/env` (module doc)."""
     target.mkdir(parents=True, exist_ok=True)
     shutil.copytree(tools, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    write_atomic(target / ENV_FILE, env_text(env).encode())
+    write_atomic(target / ENV_FILE, env_text(env).encode("utf-8", "surrogateescape"))

@@ -63,8 +63,13 @@ class SyncResult:
 
 def write_termination_message(path: Path, result: SyncResult) -> None:
     """Write the result where the kubelet reads the termination message; best effort."""
+    write_text_message(path, result.to_json())
+
+
+def write_text_message(path: Path, text: str) -> None:
+    """Write one line of JSON where the kubelet reads the termination message; best effort."""
     with contextlib.suppress(OSError):
-        path.write_text(result.to_json() + "\n")
+        path.write_text(text + "\n")
 
 
 def parse_termination_message(text: str | None) -> SyncResult:
