@@ -1,15 +1,13 @@
-"""The TorchrunJob reconciler: level-based, idempotent, one key at a time (sample-controller's
-`syncHandler`).
+"""The TorchrunJob reconciler: level-based, idempotent, one key at a time (`syncHandler`).
 
 `reconcile(key)` reads the job from the lister and runs `sync`, a list of steps that stops at the
-first `Wait` (`steps.py`): a finished job gets only `lifecycle.finished` (etcd, workers or a sync
-still at work, autoclean, TTL);
-else `admit` (queue Ready, job valid → topology), `lifecycle.deadline`, the `workspace` (PVCs, the
-code generation synced: `workspace.py`), the headless `service`, the managed `etcd` of etcd-v2
-rendezvous (`managed_etcd.py`), the `gang` (`podgroups.py`), and the `workers` of the current
-attempt (`workers.py`), whose state becomes conditions — suspended, running (hot reload rolls
-workers made before the generation in use), or ended (`lifecycle.attempt_ended`: success,
-whole-job restart, failure).
+first `Wait` (`steps.py`): a finished job gets only `lifecycle.finished` (etcd, workers or a
+sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid → topology),
+`lifecycle.deadline`, the `workspace` (PVCs, the code generation synced: `workspace.py`), the
+headless `service`, the managed `etcd` of etcd-v2 rendezvous (`managed_etcd.py`), the `gang`
+(`podgroups.py`), and the `workers` of the current attempt (`workers.py`), whose state becomes
+conditions — suspended, running (hot reload rolls workers made before the generation in use;
+`progress.py`: status.progress, Progressing, a stall), or ended (`lifecycle.attempt_ended`).
 No step writes the status: it is computed from what the steps returned and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events). Timers come back as
@@ -51,6 +49,7 @@ from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
 from controller.torchrunjob.manifests.service import build_service, service_drift
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.podgroups import PodGroups
+from controller.torchrunjob.progress import ProgressSettings, ProgressStep
 from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.reporter import StatusReporter
 from controller.torchrunjob.steps import Proceed, Step
@@ -68,6 +67,7 @@ class Options:
     upload_timeout: float = 3600.0
     claim_bind_timeout: float = 300.0
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    progress: ProgressSettings = dataclasses.field(default_factory=ProgressSettings)
 
 
 class TorchrunJobReconciler:
@@ -101,6 +101,7 @@ class TorchrunJobReconciler:
         self.pod_groups = pod_groups
         self.actions = Actions(client, self.children, self.etcd, self.workspace)
         self.reporter = StatusReporter(client, recorder)
+        self.progress = ProgressStep(opts.progress)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
 
@@ -109,6 +110,7 @@ class TorchrunJobReconciler:
         raw = self.jobs.get(name, ns)
         if raw is None:
             self.tracker.drop(key)
+            self.progress.forget(key)
             return None
         if raw["metadata"].get("deletionTimestamp"):
             return None  # owner references take the rest away
@@ -197,7 +199,7 @@ class TorchrunJobReconciler:
         return self.etcd.ensure(job, admission.queue, p.status.restarts)
 
     def observe(self, job: TorchrunJob, attempt: Attempt, p: st.StatusUpdate, updater: JobUpdater) -> None:
-        """The attempt's state becomes the job's conditions (lifecycle.py)."""
+        """The attempt's state becomes the job's conditions (lifecycle.py; a stall: progress.py)."""
         topo, fp = attempt.topology, job.spec.failure_policy
         p.set(nodes=topo.nodes, gpus=topo.total_gpus, workers=st.worker_counts(attempt.job))
         was_suspended = find_condition(p.status.conditions, C.SUSPENDED) is not None
@@ -211,6 +213,7 @@ class TorchrunJobReconciler:
             p.set(retriable_failures=max(seen, p.status.retriable_failures))
             cap = fp.max_retriable_failures
             outcome = lifecycle.retriable_limit(p.status.retriable_failures, cap, fp.retriable_exit_codes)
+            outcome = outcome or self.progress.observe(job, attempt.queue, attempt.job, p)
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
             restarts, ttl = p.status.restarts, job.spec.ttl_seconds_after_finished

@@ -165,7 +165,8 @@ def attempt_ended(
         message = f"{outcome.reason}: {outcome.message} (whole-job restarts used: {restarts}/{limit})"
         reason = Reason.RESTART_LIMIT_EXCEEDED if limit else Reason.WORKERS_FAILED
         failed = Observed(C.FAILED, True, reason, message)
-    still_running = outcome.reason == Reason.RETRIABLE_LIMIT  # its Job keeps recreating pods
+    # its Job keeps recreating pods, or its ranks hang
+    still_running = outcome.reason in (Reason.RETRIABLE_LIMIT, Reason.STALLED)
     fail = Decision(
         conditions=(Observed(C.RUNNING, False, Reason.FAILED, outcome.message), failed),
         changes={"completion_time": now},

@@ -68,6 +68,9 @@ class Reason(str, Enum):
     RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded", Severity.WARNING
     WORKERS_FAILED = "WorkersFailed", Severity.WARNING
     DEADLINE_EXCEEDED = "DeadlineExceeded", Severity.WARNING
+    # Progressing (and, with onStall Restart, the attempt's outcome)
+    REPORTING = "Reporting", Severity.QUIET
+    STALLED = "Stalled", Severity.WARNING
     # Events that are not conditions
     RETRIABLE_FAILURE = "RetriableFailure", Severity.WARNING
     WORKSPACE_RELOADED = "WorkspaceReloaded", Severity.NORMAL

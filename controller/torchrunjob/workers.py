@@ -51,10 +51,11 @@ from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 @dataclass(frozen=True)
 class Attempt:
-    """The worker Job of the current attempt and the job's topology at its current size."""
+    """The worker Job of the current attempt, the job's topology at its current size, its queue."""
 
     job: Obj
     topology: JobTopology
+    queue: TorchrunQueue
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,9 @@ class Workers:
             return got
         if got.value is existing:
             self._follow(job, admission.queue, got.value, size)
-        return Proceed(Attempt(got.value, dataclasses.replace(admission.topology, nodes=size)))
+        return Proceed(
+            Attempt(got.value, dataclasses.replace(admission.topology, nodes=size), admission.queue)
+        )
 
     def manifest(
         self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, size: int

@@ -1,0 +1,158 @@
+"""The controller's progress endpoint: HTTPS `POST /v1/progress` from the reporter sidecars.
+
+Every replica serves it (`--progress-bind-address`); only the leader, once its caches synced,
+accepts: a standby answers 503 (`Retry-After`), and the reporter retries — the Service sends it
+to any replica, so a retry soon reaches the leader. The leader:
+1. reads at most `MAX_BODY` bytes of JSON `{"job": NAME, "record": {...}, "secondsSinceChange": S}`
+   (413 beyond, 400 when it is not that);
+2. reviews the bearer token (`identity.TokenReviewer`: 401 without one or when it is refused);
+3. proves the token's pod is a worker of job NAME (`identity.prove`, from the caches: 403);
+4. parses the record like the sidecar did (`record.parse_object`: a pod is not trusted either)
+   and keeps it (`store.ProgressStore`); when the job needs a pass, `enqueue`s it.
+An answer is one JSON line `{"accepted": bool, "message": ...}`. Nothing here writes to the API
+server but the TokenReview: the job reconciler writes status (`torchrunjob/progress.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import ssl
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import structlog
+from prometheus_client import Counter
+
+from controller.cache import Lister
+from controller.clock import utc_now
+from controller.meta import controller_of
+from controller.progress.identity import Refused, Reporter, TokenReviewer, prove
+from controller.progress.record import parse_object
+from controller.progress.store import ProgressStore
+from controller.rest.errors import ApiError
+
+log = structlog.get_logger("progress")
+PATH = "/v1/progress"
+MAX_BODY = 64 * 1024
+
+
+class ProgressEndpoint:
+    def __init__(
+        self,
+        address: str,
+        context: ssl.SSLContext,
+        *,
+        reviewer: TokenReviewer,
+        store: ProgressStore,
+        pods: Lister,
+        worker_jobs: Lister,
+        jobs: Lister,
+        accepting: Callable[[], bool],
+        enqueue: Callable[[str], None],
+        reports: Counter,
+    ) -> None:
+        self.reviewer, self.store, self.enqueue = reviewer, store, enqueue
+        self.pods, self.worker_jobs, self.jobs = pods, worker_jobs, jobs
+        self.accepting = accepting
+        self.reports = reports
+        endpoint = self
+        host, _, port = address.rpartition(":")
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                status, message = endpoint.handle(self)
+                endpoint.reports.labels(result=str(status)).inc()
+                body = (json.dumps({"accepted": status == 200, "message": message}) + "\n").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if status == 503:
+                    self.send_header("Retry-After", "2")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # one line per refusal instead
+                return
+
+        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        self._server.daemon_threads = True
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="progress-endpoint", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> ProgressEndpoint:
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def handle(self, request: BaseHTTPRequestHandler) -> tuple[int, str]:
+        """The HTTP status and message of one request (module docstring)."""
+        if request.path.split("?", 1)[0] != PATH:
+            return 404, f"not found: POST {PATH}"
+        if not self.accepting():
+            return 503, "not the leader (or its caches are not synced yet): retry"
+        length = int(request.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            return 413, f"a report is at most {MAX_BODY} bytes"
+        raw = request.rfile.read(length) if length > 0 else b""
+        auth = request.headers.get("Authorization") or ""
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return 401, "no bearer token: send the pod's projected service-account token"
+        try:
+            body = json.loads(raw)
+            job, seconds = body["job"], float(body.get("secondsSinceChange", 0))
+            record = parse_object(body["record"])
+            if not isinstance(job, str) or record is None or not math.isfinite(seconds):
+                raise ValueError
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return 400, 'expected {"job": NAME, "record": {...}, "secondsSinceChange": SECONDS}'
+        try:
+            reporter = self.prove(auth[7:].strip(), job)
+        except Refused as refused:
+            log.info("progress report refused", status=refused.status, reason=refused.message)
+            return refused.status, refused.message
+        except ApiError as exc:
+            log.warning("token review failed", error=str(exc))
+            return 503, "token review failed: retry"
+        now = utc_now()
+        if self.store.report(
+            reporter.key,
+            job_uid=reporter.job_uid,
+            attempt=reporter.attempt,
+            rank=reporter.rank,
+            record=record,
+            seconds_since_change=seconds,
+            now=now,
+        ):
+            self.enqueue(reporter.key)
+        return 200, "ok"
+
+    def prove(self, token: str, job: str) -> Reporter:
+        identity = self.reviewer.review(token)
+        pod = self.pods.get(identity.name, identity.namespace)
+        ref = controller_of(pod) if pod is not None else None
+        worker = self.worker_jobs.get(str(ref.get("name")), identity.namespace) if ref else None
+        owner = controller_of(worker) if worker is not None else None
+        torchrunjob = self.jobs.get(str(owner.get("name")), identity.namespace) if owner else None
+        return prove(identity, pod, worker, torchrunjob, job)
+
+
+def report_counter(registry: Any) -> Counter:
+    """`torchrun_progress_reports_total{result}`: reports by the HTTP status they got."""
+    return Counter(
+        "torchrun_progress_reports",
+        "Progress reports received, by the HTTP status answered (200 accepted).",
+        ["result"],
+        registry=registry,
+    )

@@ -1,0 +1,152 @@
+"""Who is reporting: a projected service-account token proves a pod, the owner chain proves the job.
+
+A report carries the pod's projected service-account token (audience `AUDIENCE`, bound to the
+pod: the kubelet mints it). `TokenReviewer.review` asks the API server (TokenReview,
+`authentication.k8s.io/v1`, with our audience) and accepts only an authenticated service account
+whose token names a pod — the review's `authentication.kubernetes.io/pod-name` and `pod-uid`
+extra fields, which only the API server's signer puts there, so a caller cannot forge them. The
+API server also refuses a token whose pod is gone or was replaced (its UID is checked). Reviews
+are cached for `CACHE_SECONDS` by the token's SHA-256 (never the token itself), at most
+`CACHE_SIZE` entries: thousands of reporters would otherwise cost a review per report.
+
+`prove(identity, pod, worker_job, job, claimed)` is pure: the pod named by the token, read from
+the informer cache, must have that UID, be controlled by a batch Job (our worker Job, its UID
+matching the reference), which is controlled by a TorchrunJob whose UID matches and whose name is
+the one the report claims. Anything else is refused with the reason: a pod of job B reporting for
+job A, a user's pod that only carries our label, a sync pod, a pod from another namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller.api import JOB_KIND
+from controller.api.groupversion import GROUP
+from controller.meta import Obj, Resource, controller_of
+from controller.rest.client import RESTClient
+
+AUDIENCE = "torchrun-controller"
+TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+SA_PREFIX = "system:serviceaccount:"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+CACHE_SECONDS = 60.0
+CACHE_SIZE = 10_000
+
+
+class Refused(Exception):  # noqa: N818 (a verdict, not a fault)
+    """A report that is not accepted: `status` is the HTTP answer (401: who are you; 403: not
+    this job's pod), the message says why in one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """A pod proven to be one of the job's workers."""
+
+    key: str  # namespace/name of the TorchrunJob
+    job_uid: str
+    attempt: str  # the worker Job's UID
+    rank: int  # the pod's completion index: its node rank
+    pod: str
+
+
+def identity_of(review_status: Mapping[str, Any]) -> PodIdentity:
+    """The pod a TokenReview's status names; refused unless authenticated for our audience as a
+    service account with the pod's name and UID."""
+    if not review_status.get("authenticated"):
+        raise Refused(401, f"token not accepted: {review_status.get('error') or 'not authenticated'}")
+    if AUDIENCE not in (review_status.get("audiences") or ()):
+        raise Refused(401, f"the token is not for audience {AUDIENCE}")
+    user = review_status.get("user") or {}
+    username = str(user.get("username") or "")
+    if not username.startswith(SA_PREFIX):
+        raise Refused(403, f"{username or 'the caller'} is not a service account")
+    namespace = username[len(SA_PREFIX) :].split(":", 1)[0]
+    extra = user.get("extra") or {}
+    names: list[Any] = list(extra.get(POD_NAME_EXTRA) or ())
+    uids: list[Any] = list(extra.get(POD_UID_EXTRA) or ())
+    if len(names) != 1 or len(uids) != 1:
+        raise Refused(403, "the token is not bound to a pod (mount a projected service-account token)")
+    return PodIdentity(namespace, str(names[0]), str(uids[0]))
+
+
+def prove(
+    identity: PodIdentity, pod: Obj | None, worker_job: Obj | None, job: Obj | None, claimed: str
+) -> Reporter:
+    """The reporter, if the owner chain pod → worker Job → TorchrunJob `claimed` holds (module
+    docstring); the objects are the caches' (`worker_job` by the pod's controller reference's
+    name, `job` by the worker Job's)."""
+    where = f"pod {identity.namespace}/{identity.name}"
+    if pod is None or pod["metadata"].get("uid") != identity.uid:
+        raise Refused(403, f"{where} is not a worker pod the controller knows")
+    ref = controller_of(pod)
+    if ref is None or ref.get("kind") != "Job" or not str(ref.get("apiVersion", "")).startswith("batch/"):
+        raise Refused(403, f"{where} is not controlled by a worker Job")
+    if worker_job is None or worker_job["metadata"].get("uid") != ref.get("uid"):
+        raise Refused(403, f"{where}: its Job {ref.get('name')} is not a worker Job the controller knows")
+    owner = controller_of(worker_job)
+    if (
+        owner is None
+        or owner.get("kind") != JOB_KIND
+        or not str(owner.get("apiVersion", "")).startswith(GROUP)
+    ):
+        raise Refused(403, f"{where}: its Job {ref.get('name')} is not controlled by a TorchrunJob")
+    if job is None or job["metadata"].get("uid") != owner.get("uid"):
+        raise Refused(403, f"{where}: its TorchrunJob {owner.get('name')} is gone or was replaced")
+    if owner.get("name") != claimed:
+        raise Refused(403, f"{where} belongs to TorchrunJob {owner.get('name')}, not {claimed}")
+    try:
+        rank = int((pod["metadata"].get("annotations") or {})[INDEX_ANNOTATION])
+    except (KeyError, ValueError):
+        raise Refused(403, f"{where} has no completion index") from None
+    return Reporter(f"{identity.namespace}/{claimed}", str(owner["uid"]), str(ref["uid"]), rank, where)
+
+
+class TokenReviewer:
+    """TokenReviews with a small cache of the accepted ones (module docstring)."""
+
+    def __init__(self, client: RESTClient, *, clock: Any = time.monotonic) -> None:
+        self.client = client
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[float, PodIdentity]] = OrderedDict()
+
+    def review(self, token: str) -> PodIdentity:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        now = self.clock()
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [AUDIENCE]},
+        }
+        answer = self.client.request("create", "POST", TOKENREVIEWS.path(), TOKENREVIEWS.key, body=body)
+        identity = identity_of(answer.get("status") or {})
+        with self._lock:
+            self._cache[digest] = (now + CACHE_SECONDS, identity)
+            self._cache.move_to_end(digest)
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return identity

@@ -1,0 +1,72 @@
+"""The progress endpoint's TLS: a certificate from `--progress-cert-dir`, else one made at start.
+
+`server_context(cert_dir)` loads `tls.crt`/`tls.key` from the directory (e.g. a cert-manager
+Certificate's Secret mounted there: the kubelet refreshes the files, and a restart picks them
+up); with no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in
+memory and a private temporary directory that is removed at once. `ca_bundle(cert_dir)` is the
+`ca.crt` beside them, if any: the controller gives it to the reporters, which then verify the
+endpoint against it. A self-signed certificate has no CA to hand out (each replica makes its
+own, and a job's pods outlive a failover), so reporters then encrypt without verifying —
+docs/design/progress.md says what that costs and why it is bounded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import ssl
+import tempfile
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+SUBJECT = "torchrun-controller progress endpoint"
+
+
+def server_context(cert_dir: str | None) -> ssl.SSLContext:
+    """A TLS server context with the directory's certificate, or a fresh self-signed one."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_dir:
+        ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
+        return ctx
+    cert, key = self_signed()
+    with tempfile.TemporaryDirectory() as tmp:  # ssl loads chains from files only
+        crt_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+        key_path.touch(mode=0o600)
+        key_path.write_bytes(key)
+        crt_path.write_bytes(cert)
+        ctx.load_cert_chain(str(crt_path), str(key_path))
+    return ctx
+
+
+def ca_bundle(cert_dir: str | None) -> str | None:
+    """The PEM of `ca.crt` in `cert_dir`, when there is one."""
+    if not cert_dir:
+        return None
+    path = Path(cert_dir, "ca.crt")
+    return path.read_text() if path.is_file() else None
+
+
+def self_signed(days: int = 365) -> tuple[bytes, bytes]:
+    """A self-signed certificate and its private key, both PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SUBJECT)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem

@@ -1,0 +1,105 @@
+"""The progress step of a running attempt: reports → `status.progress`, `Progressing`, a stall.
+
+`ProgressStep.observe` reads the leader's reports of the job's current attempt (the store keeps
+only reports from the pods of the worker Job it is given; `controller.progress.store`) and:
+- sets `status.progress` when it differs from the stored one, but at most once per `period` per
+  job (a held-back change comes back by a timer, never by another report: `store.settle`), so
+  the API server sees at most one progress write per job per period however often ranks report;
+- sets `Progressing`: True (`Reporting`, its message naming the published step; left as it is
+  while a change is held back) or False (`Stalled`: `progress.stall.decide` — no new record from
+  any rank for the effective `stallTimeoutSeconds`), and a timer for when a stall would begin;
+- answers the attempt's `Outcome` when it stalled and `onStall` is `Restart`: the reconciler
+  ends the attempt like a failure (`lifecycle.attempt_ended`: a whole-job restart counted
+  against `failurePolicy.maxRestarts`, reason `Stalled` in its message; else `Failed`).
+A job that never reported in this attempt is left alone: no condition, no timer, no stall.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+from controller.api import ConditionStatus, TorchrunJob, TorchrunQueue, find_condition
+from controller.api import JobConditionType as C
+from controller.api.progress import OnStall, Progress, effective
+from controller.meta import Obj
+from controller.progress.stall import RankState, decide
+from controller.progress.store import ProgressStore
+from controller.progress.summary import progress_of
+from controller.torchrunjob import status as st
+from controller.torchrunjob.reasons import Reason
+
+DEFAULT_PERIOD = 30.0
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """The leader's reports (None: no endpoint, nothing reported) and `--progress-period`."""
+
+    store: ProgressStore | None = None
+    period: float = DEFAULT_PERIOD
+
+
+class ProgressStep:
+    def __init__(self, settings: ProgressSettings) -> None:
+        self.store = settings.store
+        self.period = settings.period
+        self._lock = threading.Lock()  # guards _published: one pass per key, many keys at once
+        self._published: dict[str, datetime] = {}  # when each job's progress was last set
+
+    def observe(
+        self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, p: st.StatusUpdate
+    ) -> st.Outcome | None:
+        """The module docstring's step for the attempt of `worker_job`."""
+        view = self.store.view(job.key) if self.store is not None else None
+        if view is None or view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]:
+            return None
+        policy = effective(job.spec.progress, queue.spec.progress)
+        ranks = [RankState(r, rep.record.step, rep.changed_at) for r, rep in sorted(view.ranks.items())]
+        verdict = decide(ranks, policy.stall_timeout_seconds, p.now)
+        desired = progress_of(view)
+        published = self.publish(job.key, desired, p)
+        stored = find_condition(p.status.conditions, C.PROGRESSING)
+        if verdict.stalled:
+            p.cond(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
+        elif published or stored is None or stored.status is not ConditionStatus.TRUE:
+            p.cond(C.PROGRESSING, True, Reason.REPORTING, reporting_message(p.status.progress or desired))
+        p.timer(verdict.recheck_after)
+        assert self.store is not None
+        if not self.store.settle(job.key, view.version):
+            p.timer(self.period)  # reports arrived during this pass: no report will enqueue the job
+        if verdict.stalled and policy.on_stall is OnStall.RESTART:
+            return st.Outcome(False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
+        return None
+
+    def publish(self, key: str, desired: Progress | None, p: st.StatusUpdate) -> bool:
+        """Set `desired` unless it is stored already or the last one was set less than a period
+        ago (then a timer); True when the status shows `desired`."""
+        if desired is None or desired == p.status.progress:
+            return desired is not None
+        with self._lock:
+            last = self._published.get(key)
+            wait = 0.0 if last is None else self.period - (p.now - last).total_seconds()
+            if wait > 0:
+                p.timer(wait)
+                return False
+            self._published[key] = p.now
+        p.set(progress=desired)
+        return True
+
+    def forget(self, key: str) -> None:
+        """The job is gone: its reports and publication time go."""
+        with self._lock:
+            self._published.pop(key, None)
+        if self.store is not None:
+            self.store.forget(key)
+
+
+def reporting_message(progress: Progress | None) -> str:
+    """Progressing=True's message: the step shown in the status and who reported it when."""
+    if progress is None:
+        return "progress reported"
+    step = "no step" if progress.step is None else f"step {progress.step}"
+    total = f" of {progress.total_steps}" if progress.total_steps else ""
+    return f"{step}{total} reported by rank {progress.rank}"

@@ -1,0 +1,145 @@
+"""The reconciler's progress step: at most one progress change per period, Progressing and its
+Stalled reason, a restart only with onStall Restart, and nothing for a job that never reported."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from jobspecs import job, queue
+
+from controller.api import ConditionStatus, TorchrunJob, find_condition
+from controller.api import JobConditionType as C
+from controller.progress.record import Record
+from controller.progress.store import JobView, ProgressStore
+from controller.torchrunjob import lifecycle
+from controller.torchrunjob import status as st
+from controller.torchrunjob.progress import ProgressSettings, ProgressStep
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+WORKER = {"metadata": {"uid": "w-1"}}
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def push(store: ProgressStore, step: int, now: float, *, rank: int = 0, attempt: str = "w-1") -> None:
+    store.report(
+        "ns/j",
+        job_uid="u-1",
+        attempt=attempt,
+        rank=rank,
+        record=Record(step=step, total_steps=100),
+        seconds_since_change=0,
+        now=at(now),
+    )
+
+
+class Passes:
+    """Passes of the step over one job, each starting from the status the last one computed."""
+
+    def __init__(self, j: TorchrunJob, period: float = 30, **queue_spec: Any) -> None:
+        self.store = ProgressStore()
+        self.step = ProgressStep(ProgressSettings(self.store, period))
+        self.job, self.queue = j, queue(**queue_spec)
+        self.outcome: st.Outcome | None = None
+
+    def run(self, now: float) -> st.StatusUpdate:
+        p = st.StatusUpdate(self.job, at(now))
+        self.outcome = self.step.observe(self.job, self.queue, WORKER, p)
+        self.job = dataclasses.replace(self.job, status=p.final())
+        return p
+
+
+def test_a_job_that_never_reported_gets_nothing() -> None:
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}))
+    p = passes.run(10_000)
+    assert p.status.progress is None and p.timers == [] and passes.outcome is None
+    assert find_condition(p.status.conditions, C.PROGRESSING) is None
+
+
+def test_reports_of_another_attempt_are_not_this_attempts() -> None:
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60}))
+    push(passes.store, 5, 0, attempt="w-0")
+    p = passes.run(10_000)
+    assert p.status.progress is None and find_condition(p.status.conditions, C.PROGRESSING) is None
+
+
+def test_progress_changes_at_most_once_per_period() -> None:
+    passes = Passes(job(), period=30)
+    push(passes.store, 1, 0)
+    p = passes.run(0)
+    assert p.status.progress is not None and p.status.progress.step == 1
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.TRUE, "Reporting")
+    assert cond.message == "step 1 of 100 reported by rank 0"
+    push(passes.store, 2, 10)
+    p = passes.run(10)
+    assert p.status.progress is not None and p.status.progress.step == 1  # held back
+    assert p.timers == [20.0]  # comes back when the period is over
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.message == "step 1 of 100 reported by rank 0"  # unchanged too
+    p = passes.run(30)
+    assert p.status.progress is not None and p.status.progress.step == 2
+    assert p.status.progress.summary == "2%"
+
+
+def test_a_silent_job_stalls_after_the_timeout_with_a_warning_reason_and_no_restart() -> None:
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60}))
+    push(passes.store, 7, 0)
+    p = passes.run(1)
+    assert p.timers == [59.0]  # the stall would begin then
+    p = passes.run(60)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.FALSE, "Stalled")
+    assert "step 7" in cond.message and "silent: rank 0" in cond.message
+    assert passes.outcome is None  # onStall None: the condition only
+    assert [e.reason for e in st.transition_events((), p.status.conditions) if e.warning] == ["Stalled"]
+    push(passes.store, 8, 70)  # progress again
+    p = passes.run(70)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.TRUE, "Reporting")
+
+
+def test_the_queue_default_restarts_a_stalled_job_as_a_failed_attempt() -> None:
+    passes = Passes(
+        job(failurePolicy={"maxRestarts": 1}), progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}
+    )
+    push(passes.store, 7, 0)
+    passes.run(61)
+    outcome = passes.outcome
+    assert outcome is not None and outcome.reason == "Stalled" and not outcome.succeeded
+    restart = lifecycle.attempt_ended(outcome, restarts=0, limit=1, ttl_seconds=None, now=at(61))
+    assert restart.changes["restarts"] == 1
+    assert "Stalled" in restart.conditions[0].message
+    failed = lifecycle.attempt_ended(outcome, restarts=1, limit=1, ttl_seconds=None, now=at(61))
+    assert lifecycle.Action.DELETE_WORKERS in failed.actions  # hung ranks do not end by themselves
+    assert failed.conditions[-1].reason == "RestartLimitExceeded"
+
+
+def test_a_report_during_the_pass_brings_the_job_back_by_a_timer() -> None:
+    class Racing(ProgressStore):
+        def view(self, key: str) -> JobView | None:
+            seen = super().view(key)
+            push(self, 2, 0.5)  # lands while the pass works: it does not enqueue (unsettled)
+            return seen
+
+    passes = Passes(job(), period=30)
+    passes.store = passes.step.store = Racing()
+    push(passes.store, 1, 0)
+    p = passes.run(1)
+    assert 30.0 in p.timers  # no report will enqueue the job now: the pass comes back by itself
+    assert (
+        passes.store.report(
+            "ns/j",
+            job_uid="u-1",
+            attempt="w-1",
+            rank=0,
+            record=Record(step=3),
+            seconds_since_change=0,
+            now=at(2),
+        )
+        is False
+    )
