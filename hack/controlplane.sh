@@ -15,10 +15,11 @@
 #
 # Environment: TORCHRUN_RUN_DIR (state dir; default ~/.cache/torchrun-controller/run),
 # TORCHRUN_NODES (fake GPU nodes, default 4), TORCHRUN_NODE_GPUS (8), TORCHRUN_NODE_CPUS (96),
-# TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110), TORCHRUN_PYTHON (the Python of the node
-# agent and the sync pods; default: the first of `python`, `python3` on PATH that imports this
-# checkout's `controller` and the node agent's dependencies from outside the checkout, else
-# hack/venv.sh's).
+# TORCHRUN_NODE_MEMORY (1Ti), TORCHRUN_NODE_PODS (110), TORCHRUN_KCM_QPS and TORCHRUN_KCM_BURST
+# (kube-controller-manager's client rate limit, default Kubernetes' own 20 and 30), TORCHRUN_PYTHON
+# (the Python of the node agent and the sync pods; default: the first of `python`, `python3` on
+# PATH that imports this checkout's `controller` and the node agent's dependencies from outside
+# the checkout, else hack/venv.sh's).
 # TORCHRUN_REAL_NODE=1 adds one real node, `realnode-0` (hack/testbed/realnode.sh: containerd,
 # kubelet, bridge CNI, CoreDNS; root only), components containerd, coredns and kubelet.
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
@@ -30,6 +31,10 @@ NODES=${TORCHRUN_NODES:-4}
 NODE_GPUS=${TORCHRUN_NODE_GPUS:-8}
 NODE_CPUS=${TORCHRUN_NODE_CPUS:-96}
 NODE_MEMORY=${TORCHRUN_NODE_MEMORY:-1Ti}
+# kube-controller-manager's own client rate (its Job controller creates every worker pod through
+# it); Kubernetes' defaults, a production control plane typically runs 100/200
+KCM_QPS=${TORCHRUN_KCM_QPS:-20}
+KCM_BURST=${TORCHRUN_KCM_BURST:-30}
 PKI="$RUN_DIR/pki"
 PIDS="$RUN_DIR/pids"
 LOGS="$RUN_DIR/logs"
@@ -181,6 +186,7 @@ start_controller_manager() {
     --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
+    --kube-api-qps "$KCM_QPS" --kube-api-burst "$KCM_BURST" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1
 }
 
@@ -356,5 +362,5 @@ case ${1:-} in
   env) env_line ;;
   leftovers) realnode_leftovers ;;
   python) testbed_python ;;
-  *) sed -n '2,24p' "$0"; exit 2 ;;
+  *) sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ controller counts them, and the garbage collector removes what a deleted Job own
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -151,3 +152,13 @@ def test_a_plain_shell_at_the_repository_root_gets_a_python_with_the_projects_de
     proof = run(python, "-c", imports, cwd=Path("/"))
     assert proof.returncode == 0, f"the node agent's Python {python}: {proof.stderr}"
     assert Path(proof.stdout.strip()).resolve().is_relative_to(REPO)
+
+
+def test_kube_controller_manager_runs_at_the_client_rate_the_test_bed_was_given(cluster: Cluster) -> None:
+    """TORCHRUN_KCM_QPS / TORCHRUN_KCM_BURST reach kube-controller-manager's own client (the rate at
+    which its Job controller creates pods); unset, they are Kubernetes' defaults, 20 and 30."""
+    pid = (cluster.run_dir / "pids" / "kube-controller-manager.pid").read_text().strip()
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    flags = dict(itertools.pairwise(argv))
+    want = (os.environ.get("TORCHRUN_KCM_QPS", "20"), os.environ.get("TORCHRUN_KCM_BURST", "30"))
+    assert (flags.get("--kube-api-qps"), flags.get("--kube-api-burst")) == want, argv
