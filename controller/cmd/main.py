@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -34,13 +35,19 @@ from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.metrics.registry import ControllerMetrics
 from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+from controller.progress.endpoint import ProgressEndpoint, report_counter
+from controller.progress.identity import TokenReviewer
+from controller.progress.store import ProgressStore
+from controller.progress.tls import ca_bundle, server_context
 from controller.rest import RESTClient, load_config
 from controller.rest.config import current_namespace
 from controller.rest.discovery import Discovery
+from controller.rest.resources import JOBS, PODS
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob import wiring as torchrunjob_wiring
 from controller.torchrunjob.controller import Options
-from controller.torchrunjob.metrics import JobsCollector
+from controller.torchrunjob.metrics import JobsCollector, ProgressCollector
+from controller.torchrunjob.progress import ProgressSettings
 from controller.torchrunqueue import wiring as torchrunqueue_wiring
 
 log = structlog.get_logger("main")
@@ -71,6 +78,11 @@ class App:
         self.optional_informers = OptionalInformers(f, discovery.served)
         provider = PrometheusWorkqueueMetricsProvider(metrics.registry)
         self.recorder = EventRecorder(self.client)
+        # reports reach the leader's memory through the endpoint (`progress_endpoint`)
+        self.progress = ProgressStore() if opts.progress_bind_address else None
+        progress = ProgressSettings(
+            self.progress, opts.progress_period, opts.progress_url, ca_bundle(opts.progress_cert_dir)
+        )
         # each controller registers its own informers and event handlers (its package's wiring.py)
         self.job_controller = torchrunjob_wiring.new_controller(
             f,
@@ -84,6 +96,7 @@ class App:
                 upload_timeout=opts.upload_timeout,
                 claim_bind_timeout=opts.claim_bind_timeout,
                 cluster_domain=opts.cluster_domain,
+                progress=progress,
             ),
             threadiness=opts.threadiness,
             metrics=metrics,
@@ -116,6 +129,8 @@ class App:
             metrics=metrics,
         )
         metrics.registry.register(JobsCollector(f.lister_for(TORCHRUNJOBS)))
+        if opts.progress_job_metrics:
+            metrics.registry.register(ProgressCollector(f.lister_for(TORCHRUNJOBS)))
         self.synced = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
@@ -133,6 +148,25 @@ class App:
         self.job_controller.run()
         self.gc.start(stop)
         self.autoscaler.start(stop)
+
+    def progress_endpoint(self, accepting: Callable[[], bool]) -> ProgressEndpoint | None:
+        """The progress endpoint (`--progress-bind-address`), served by every replica from the
+        start: it answers 503 until `accepting` (this replica leads and its caches synced)."""
+        if self.progress is None:
+            return None
+        owned = torchrunjob_wiring.owned_listers(self.factory)
+        return ProgressEndpoint(
+            self.opts.progress_bind_address,
+            server_context(self.opts.progress_cert_dir),
+            reviewer=TokenReviewer(self.client),
+            store=self.progress,
+            pods=owned[PODS],
+            worker_jobs=owned[JOBS],
+            jobs=self.factory.lister_for(TORCHRUNJOBS),
+            accepting=accepting,
+            enqueue=self.job_controller.enqueue,
+            reports=report_counter(self.metrics.registry),
+        ).start()
 
     def shutdown(self) -> None:
         """Stop both controllers taking keys at once, let in-flight reconciles finish, then stop
@@ -183,6 +217,17 @@ def main(argv: list[str] | None = None) -> int:
                 s.shutdown()
             return 1
 
+    def leading() -> bool:
+        return app.synced.is_set() and (elector is None or elector.is_leader)
+
+    try:
+        endpoint = app.progress_endpoint(leading)
+    except (OSError, ValueError) as exc:  # the address is taken, or the certificate unreadable
+        _fail_start_up(f"cannot serve progress on {opts.progress_bind_address}: {exc}")
+        for s in servers:
+            s.shutdown()
+        return 1
+
     def on_signal(signum: int, _frame: object) -> None:
         log.info("shutting down", signal=signal.Signals(signum).name)
         stop.set()
@@ -207,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         elector_thread.join(2 * opts.renew_deadline)
     for s in servers:
         s.shutdown()
+    if endpoint is not None:
+        endpoint.shutdown()
     return 1 if failed.is_set() else 0
 
 

@@ -47,6 +47,11 @@ class ControllerOptions:
     upload_timeout: float
     claim_bind_timeout: float
     cluster_domain: str
+    progress_bind_address: str
+    progress_cert_dir: str | None
+    progress_url: str
+    progress_period: float
+    progress_job_metrics: bool
 
 
 T = TypeVar("T")
@@ -82,6 +87,8 @@ SECONDS_OR_OFF = _rule(float, lambda v: math.isfinite(v) and v >= 0, "a number o
 FRACTION = _rule(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 DNS_NAME = _rule(str, _DOMAIN.fullmatch, "a DNS name such as cluster.local")
 ADDRESS = _rule(str, _address, "HOST:PORT (an empty HOST: every interface), PORT from 0 to 65535")
+ADDRESS_OR_OFF = _rule(str, lambda v: v == "" or _address(v), "HOST:PORT, or empty (off)")
+URL = _rule(str, lambda v: v == "" or v.startswith("https://"), "an https:// URL, or empty (off)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -188,6 +195,39 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_CLUSTER_DOMAIN,
         help="the cluster's DNS domain (the kubelets' clusterDomain), part of the c10d rendezvous"
         f" endpoint <job>-0.<job>.<namespace>.svc.<domain> (default {DEFAULT_CLUSTER_DOMAIN})",
+    )
+    p.add_argument(
+        "--progress-bind-address",
+        type=ADDRESS_OR_OFF,
+        default="",
+        help="HTTPS address of the progress endpoint the workers' reporter sidecars POST to (e.g."
+        " 0.0.0.0:9443; default off: no report is accepted)",
+    )
+    p.add_argument(
+        "--progress-cert-dir",
+        default=None,
+        help="directory with tls.crt and tls.key for the progress endpoint (e.g. a cert-manager Secret),"
+        " and optionally ca.crt, which reporters then verify the endpoint with; default: a self-signed"
+        " certificate made at start",
+    )
+    p.add_argument(
+        "--progress-url",
+        type=URL,
+        default="",
+        help="the progress endpoint's URL as the worker pods reach it (TORCHRUN_PROGRESS_URL), e.g."
+        " https://torchrun-controller-progress.torchrun-system.svc:9443/v1/progress (default: none,"
+        " reporters serve /metrics only)",
+    )
+    p.add_argument(
+        "--progress-period",
+        type=SECONDS,
+        default=30.0,
+        help="a job's status.progress changes at most once per this many seconds (default 30)",
+    )
+    p.add_argument(
+        "--progress-job-metrics",
+        action="store_true",
+        help="export torchrun_job_progress_percent{namespace,job} (one series per running job)",
     )
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument("--log-format", choices=("json", "console"), default="json")

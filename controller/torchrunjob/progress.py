@@ -35,10 +35,13 @@ DEFAULT_PERIOD = 30.0
 
 @dataclass(frozen=True)
 class ProgressSettings:
-    """The leader's reports (None: no endpoint, nothing reported) and `--progress-period`."""
+    """The leader's reports (None: no endpoint, nothing reported), `--progress-period`, and what
+    the reporters are told: the endpoint's URL (`--progress-url`) and the CA to verify it with."""
 
     store: ProgressStore | None = None
     period: float = DEFAULT_PERIOD
+    url: str = ""
+    ca: str | None = None
 
 
 class ProgressStep:

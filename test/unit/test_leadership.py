@@ -332,6 +332,9 @@ class CachesNeverSync:  # stands in for App: its start-up fails as a missing CRD
     def run(self, stop):
         raise RuntimeError("caches did not sync within 300s: torchrunjobs")
 
+    def progress_endpoint(self, accepting):
+        return None
+
     def shutdown(self):
         pass
 

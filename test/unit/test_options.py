@@ -36,6 +36,9 @@ REFUSED = [
     ("--upload-timeout", "0", "must be a positive number of seconds, got '0'"),
     ("--claim-bind-timeout", "soon", "must be a positive number of seconds, got 'soon'"),
     ("--cluster-domain", "Cluster.Local", "must be a DNS name such as cluster.local, got 'Cluster.Local'"),
+    ("--progress-bind-address", "9443", "must be HOST:PORT, or empty (off), got '9443'"),
+    ("--progress-url", "http://x:9443/v1/progress", "must be an https:// URL, or empty (off)"),
+    ("--progress-period", "0", "must be a positive number of seconds, got '0'"),
     ("--log-level", "loud", "invalid choice: 'loud'"),
     ("--log-format", "xml", "invalid choice: 'xml'"),
 ]
