@@ -86,6 +86,14 @@ class CheckpointStorage:
     persist: bool = field(
         default=False, metadata=api("Keep the PVC when the job is deleted (it then has no owner reference).")
     )
+    keep: int | None = field(
+        default=None,
+        metadata=api(
+            "Retention: only the newest `keep` complete checkpoints stay (older incomplete ones go too); "
+            "applied at every start of the workers. All are kept when absent.",
+            schema={"minimum": 1, "maximum": 10000, "format": "int32"},
+        ),
+    )
 
 
 @dataclass(frozen=True)

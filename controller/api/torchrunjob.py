@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.api.checkpoint import CheckpointStatus
 from controller.api.codec import from_json
 from controller.api.conditions import CONDITION_LIST_SCHEMA, Condition
 from controller.api.core import (
@@ -388,6 +389,10 @@ class TorchrunJobStatus:
     progress: Progress | None = field(
         default=None,
         metadata=api("Where training is, as the ranks last reported it (TORCHRUN_PROGRESS_FILE)."),
+    )
+    checkpoint: CheckpointStatus | None = field(
+        default=None,
+        metadata=api("The checkpoints the current attempt's workers found when they started."),
     )
 
 

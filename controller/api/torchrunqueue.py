@@ -264,6 +264,14 @@ class TorchrunQueueSpec:
     debug: Debug | None = field(
         default=None, metadata=api("Debugging tools of the jobs; stack dumps allowed when absent.")
     )
+    termination_grace_period_seconds: int = field(
+        default=120,
+        metadata=api(
+            "Seconds the worker pods have between SIGTERM and SIGKILL when the controller stops them "
+            "on purpose (suspend, shrink, hot reload, deadline, deletion): time to save a checkpoint.",
+            schema={"minimum": 0, "maximum": 86400, "format": "int64"},
+        ),
+    )
 
 
 @dataclass(frozen=True)

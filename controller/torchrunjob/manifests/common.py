@@ -25,6 +25,17 @@ from controller.api import (
 )
 from controller.api.resources import controller_reference
 
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def node_rank_env(name: str) -> dict[str, Any]:
+    """Variable `name` of a worker pod's container: its node rank (the Indexed Job's completion
+    index, from the pod's annotation)."""
+    return {
+        "name": name,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}},
+    }
+
 
 def labels(job: TorchrunJob, role: str) -> dict[str, str]:
     return {JOB_LABEL: job.name, ROLE_LABEL: role}

@@ -6,7 +6,8 @@ launch of `launch.py` (rendezvous from `rendezvous.py`), resources and placement
 (plus allowed overrides; a CPU-only queue requests no GPU resource), /dev/shm sized shmSizePerGPU ×
 GPUs per node (a CPU-only node counts as one), success when index 0 succeeds, pod failures mapped
 from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), the storage
-(`storage.worker_storage`), `/opt/torchrun` and the launch through it (`tools.worker_tools`), the
+(`storage.worker_storage`), `/opt/torchrun` and the launch through it (`tools.worker_tools`),
+checkpoints' environment, resume choice and grace period (`checkpoint.worker_checkpoint`), the
 size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
 restart it belongs to and the workspace generation in use (annotations), and whether it starts
 suspended.
@@ -27,10 +28,13 @@ from controller.api import (
     TorchrunQueue,
     to_json,
 )
+from controller.torchrunjob.manifests.checkpoint import WorkerCheckpoint, worker_checkpoint
 from controller.torchrunjob.manifests.common import (
+    COMPLETION_INDEX_ANNOTATION,
     allowed,
     image_of,
     labels,
+    node_rank_env,
     object_metadata,
     placement,
     working_dir_of,
@@ -41,24 +45,24 @@ from controller.torchrunjob.manifests.scheduling import SchedulerFields, schedul
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
 from controller.torchrunjob.manifests.tools import WorkerTools, worker_tools
 
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+__all__ = ["COMPLETION_INDEX_ANNOTATION", "CONTAINER", "build_worker_job", "worker_requests"]
 CONTAINER = "torchrun"
 SHM_VOLUME = "dshm"
 
 
 def _env(
-    job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology, parsed: ParsedCommand, cluster_domain: str
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    topo: JobTopology,
+    parsed: ParsedCommand,
+    cluster_domain: str,
+    checkpoint: WorkerCheckpoint,
 ) -> list[dict[str, Any]]:
     rdzv = rendezvous(job, cluster_domain)
     ours: list[dict[str, Any]] = [
         {"name": "PET_NNODES", "value": topo.nnodes},
         {"name": "PET_NPROC_PER_NODE", "value": str(topo.procs_per_node)},
-        {
-            "name": "PET_NODE_RANK",
-            "valueFrom": {
-                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
-            },
-        },
+        node_rank_env("PET_NODE_RANK"),
         {"name": "PET_RDZV_BACKEND", "value": rdzv.backend},
         {"name": "PET_RDZV_ENDPOINT", "value": rdzv.endpoint},
         {"name": "PET_RDZV_ID", "value": rdzv.run_id},
@@ -69,6 +73,7 @@ def _env(
         {"name": "TORCH_DISTRIBUTED_BACKEND", "value": job.spec.distributed.backend.value},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "TORCHRUN_JOB_NAME", "value": job.name},
+        *checkpoint.env,
     ]
     merged: dict[str, dict[str, Any]] = {}
     user: list[EnvVar] = list(queue.spec.env)
@@ -138,6 +143,7 @@ def _container(
     parsed: ParsedCommand,
     cluster_domain: str,
     tools: WorkerTools,
+    checkpoint: WorkerCheckpoint,
 ) -> dict[str, Any]:
     """The torchrun container, launched through `/opt/torchrun/launch`, without the mounts."""
     return {
@@ -152,7 +158,7 @@ def _container(
             rendezvous=rendezvous(job, cluster_domain),
             max_restarts=job.spec.distributed.max_restarts,
         ),
-        "env": _env(job, queue, topo, parsed, cluster_domain),
+        "env": _env(job, queue, topo, parsed, cluster_domain, checkpoint),
         "ports": [{"name": "rendezvous", "containerPort": job.spec.distributed.rdzv_port, "protocol": "TCP"}],
         "resources": _resources(queue, topo),
         "securityContext": to_json(queue.spec.security_context),
@@ -165,6 +171,7 @@ def _pod_spec(
     container: dict[str, Any],
     storage: WorkerStorage,
     tools: WorkerTools,
+    checkpoint: WorkerCheckpoint,
     sched: SchedulerFields,
     shm: str,
 ) -> dict[str, Any]:
@@ -180,6 +187,7 @@ def _pod_spec(
             *storage.volumes,
         ],
         "initContainers": [tools.init_container, *storage.init_containers],
+        "terminationGracePeriodSeconds": checkpoint.termination_grace_period_seconds,
         **placement(job, queue),
     }
     if spec.image_pull_secrets:
@@ -239,9 +247,10 @@ def build_worker_job(
     sched = scheduler_fields(job, queue)
     image = queue.spec.sync_image or sync_image
     storage = worker_storage(job, queue, generation=generation, image=image)
-    tools = worker_tools(queue, image=image)
+    checkpoint = worker_checkpoint(job, queue, restart=restart)
+    tools = worker_tools(queue, image=image, inputs=checkpoint.prepare)
     shm = str(queue.spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node)
-    container = _container(job, queue, topo, parsed, cluster_domain, tools)
+    container = _container(job, queue, topo, parsed, cluster_domain, tools, checkpoint)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -257,7 +266,7 @@ def build_worker_job(
             "suspend": suspend,
             "template": {
                 "metadata": _pod_metadata(job, queue, sched),
-                "spec": _pod_spec(job, queue, container, storage, tools, sched, shm),
+                "spec": _pod_spec(job, queue, container, storage, tools, checkpoint, sched, shm),
             },
         },
     }

@@ -1,0 +1,57 @@
+"""What checkpoints add to a worker pod (pure; docs/checkpoints.md).
+
+`worker_checkpoint(job, queue, restart)` returns a fragment `worker.build_worker_job` composes:
+- the torchrun container's environment: `TORCHRUN_ATTEMPT` (the whole-job restart), and
+  `TORCHRUN_STOP_SIGNAL=SIGTERM` (what the controller's deliberate stops send: saving then is
+  expected); with the queue's checkpoints volume, `TORCHRUN_CHECKPOINT_DIR` (its mount path: the
+  claim is the job's own, so the job's root is the whole volume);
+- what the `prepare` init container needs to choose the checkpoint to resume from (`tools.py`):
+  `--checkpoints <root> --attempt <restart>` and `--keep N` (`storage.checkpoints.keep`), the
+  checkpoints volume mounted at the same path, and `TORCHRUN_NODE_RANK` from the completion index
+  (rank 0 prunes and reports);
+- the pod's `terminationGracePeriodSeconds`: the queue's (default 120), the time between SIGTERM
+  and SIGKILL whenever the controller stops pods on purpose.
+`TORCHRUN_RESUME_FROM` is not here: it is decided at each start, in the pod (`/opt/torchrun/env`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api import TorchrunJob, TorchrunQueue
+from controller.torchrunjob.manifests.common import node_rank_env
+from controller.torchrunjob.manifests.storage import CHECKPOINTS_VOLUME
+from controller.torchrunjob.manifests.tools import PrepareInputs
+
+STOP_SIGNAL = "SIGTERM"
+
+
+@dataclass(frozen=True)
+class WorkerCheckpoint:
+    """The checkpoint fragment of a worker pod (module doc)."""
+
+    env: list[dict[str, Any]] = field(default_factory=list)  # of the torchrun container
+    prepare: PrepareInputs = field(default_factory=PrepareInputs)
+    termination_grace_period_seconds: int = 120
+
+
+def worker_checkpoint(job: TorchrunJob, queue: TorchrunQueue, *, restart: int) -> WorkerCheckpoint:
+    """The fragment of the module doc."""
+    cp = queue.spec.storage.checkpoints
+    env: list[dict[str, Any]] = [
+        {"name": "TORCHRUN_ATTEMPT", "value": str(restart)},
+        {"name": "TORCHRUN_STOP_SIGNAL", "value": STOP_SIGNAL},
+    ]
+    prepare = PrepareInputs()
+    if cp.enabled:
+        env.append({"name": "TORCHRUN_CHECKPOINT_DIR", "value": cp.mount_path})
+        args = ["--checkpoints", cp.mount_path, "--attempt", str(restart)]
+        if cp.keep is not None:
+            args += ["--keep", str(cp.keep)]
+        prepare = PrepareInputs(
+            args=args,
+            env=[node_rank_env("TORCHRUN_NODE_RANK")],
+            mounts=[{"name": CHECKPOINTS_VOLUME, "mountPath": cp.mount_path}],
+        )
+    return WorkerCheckpoint(env, prepare, queue.spec.termination_grace_period_seconds)

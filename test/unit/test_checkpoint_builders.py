@@ -1,0 +1,58 @@
+"""What checkpoints add to the worker Job (controller/torchrunjob/manifests/checkpoint.py): the
+ranks' environment, the `prepare` container's resume choice, the grace period of a stop."""
+
+from __future__ import annotations
+
+from jobspecs import env_of, job, queue, worker
+
+from controller.sync import protocol
+from controller.sync.cli import _parser
+
+
+def prepare_args(manifest: dict[str, object]) -> dict[str, object]:
+    spec = manifest["spec"]["template"]["spec"]  # type: ignore[index]
+    prepare = spec["initContainers"][0]
+    assert prepare["name"] == "prepare"
+    return vars(_parser().parse_args(prepare["command"][len(protocol.PROGRAM) :]))
+
+
+def test_without_a_checkpoints_volume_the_ranks_still_learn_the_attempt_and_the_stop_signal() -> None:
+    manifest = worker(job(), queue(), restart=2)
+    env = env_of(manifest)
+    assert (env["TORCHRUN_ATTEMPT"], env["TORCHRUN_STOP_SIGNAL"]) == ("2", "SIGTERM")
+    assert "TORCHRUN_CHECKPOINT_DIR" not in env
+    assert prepare_args(manifest)["checkpoints"] is None
+    assert manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+
+
+def test_with_checkpoints_prepare_chooses_from_the_volume_and_rank_0_prunes() -> None:
+    q = queue(
+        storage={"checkpoints": {"enabled": True, "mountPath": "/ckpt", "keep": 3}},
+        terminationGracePeriodSeconds=45,
+        env=[{"name": "TORCHRUN_ATTEMPT", "value": "user's"}],
+    )
+    manifest = worker(job(), q, restart=4)
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 45
+    env = env_of(manifest)
+    assert (env["TORCHRUN_CHECKPOINT_DIR"], env["TORCHRUN_ATTEMPT"]) == ("/ckpt", "4")
+    names = [e["name"] for e in pod["containers"][0]["env"]]
+    assert names.count("TORCHRUN_ATTEMPT") == 1  # ours: the queue's cannot shadow it
+    args = prepare_args(manifest)
+    assert (args["checkpoints"], args["attempt"], args["keep"], args["target"]) == (
+        "/ckpt",
+        4,
+        3,
+        "/opt/torchrun",
+    )
+    prepare = pod["initContainers"][0]
+    assert {"name": "checkpoints", "mountPath": "/ckpt"} in prepare["volumeMounts"]
+    (rank,) = prepare["env"]
+    assert rank["name"] == "TORCHRUN_NODE_RANK"
+    assert "job-completion-index" in rank["valueFrom"]["fieldRef"]["fieldPath"]
+    assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "j-checkpoints"}} in pod["volumes"]
+
+
+def test_without_keep_nothing_is_pruned() -> None:
+    q = queue(storage={"checkpoints": {"enabled": True}})
+    assert prepare_args(worker(job(), q))["keep"] is None
