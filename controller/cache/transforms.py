@@ -72,6 +72,8 @@ POD_SHAPE: Shape = {
         "startTime": True,
         "conditions": {"type": True, "status": True, "reason": True, "message": True},
         "containerStatuses": {"name": True, "ready": True, "restartCount": True, "state": True},
+        # rank 0's `prepare` reports checkpoints in its termination message (torchrunjob/checkpoints.py)
+        "initContainerStatuses": {"name": True, "state": True},
     },
 }
 slim_pod = project(POD_SHAPE)

@@ -201,7 +201,7 @@ class TorchrunJobReconciler:
     def observe(self, job: TorchrunJob, attempt: Attempt, p: st.StatusUpdate, updater: JobUpdater) -> None:
         """The attempt's state becomes the job's conditions (lifecycle.py; a stall: progress.py)."""
         topo, fp = attempt.topology, job.spec.failure_policy
-        p.set(nodes=topo.nodes, gpus=topo.total_gpus, workers=st.worker_counts(attempt.job))
+        p.set(**attempt.observed(p.status))  # size, worker counts, checkpoints
         was_suspended = find_condition(p.status.conditions, C.SUSPENDED) is not None
         p.record(*lifecycle.suspension(job.spec.suspend, was_suspended))
         if job.spec.suspend:

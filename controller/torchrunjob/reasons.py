@@ -74,6 +74,8 @@ class Reason(str, Enum):
     # Events that are not conditions
     RETRIABLE_FAILURE = "RetriableFailure", Severity.WARNING
     WORKSPACE_RELOADED = "WorkspaceReloaded", Severity.NORMAL
+    RESUMED_FROM_CHECKPOINT = "ResumedFromCheckpoint", Severity.NORMAL
+    CHECKPOINT_PROBLEM = "CheckpointProblem", Severity.WARNING
     DEPRECATED_FIELD = "DeprecatedField", Severity.WARNING
     # an attempt's outcome (in messages and the restart history), never a condition's reason
     RETRIABLE_LIMIT = "RetriableFailureLimitExceeded", Severity.WARNING

@@ -4,7 +4,9 @@
 it differs from the stored one, and says whether it did (a 409 is retried with backoff:
 `runtime/status.py`); then it records one Event per condition transition worth one
 (`status.transition_events`: the severity of each reason is in `reasons.py`) and a
-`RetriableFailure` Warning when that count grew. Nothing is recorded when nothing was written.
+`RetriableFailure` Warning when that count grew, and `ResumedFromCheckpoint` /
+`CheckpointProblem` when `status.checkpoint` says so (`checkpoints.checkpoint_events`). Nothing
+is recorded when nothing was written.
 `reloaded` is the Normal Event of a hot reload, `deprecated_field` the Warning about the seed's
 `volumes.workspace` spelling.
 """
@@ -20,6 +22,7 @@ from controller.rest.client import RESTClient
 from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.runtime.status import update_status
 from controller.torchrunjob import status as st
+from controller.torchrunjob.checkpoints import checkpoint_events
 from controller.torchrunjob.reasons import Reason
 
 log = structlog.get_logger("torchrunjob")
@@ -44,6 +47,8 @@ class StatusReporter:
                 f"up to {cap} are retried in place"
             )
             self.recorder.event(raw, WARNING, Reason.RETRIABLE_FAILURE, message)
+        for cp in checkpoint_events(stored.checkpoint, final.checkpoint):
+            self.recorder.event(raw, WARNING if cp.warning else NORMAL, cp.reason, cp.message)
         log.info("status", key=update.job.key, phase=final.phase.value, restarts=final.restarts)
         return True
 

@@ -12,7 +12,8 @@ job does not control is a `Wait` with `Admitted=False NameConflict`, never touch
   the job is or its scheduler admits by unsuspending (Kueue);
 - an existing Job follows the job's `suspend` (only towards true on Kueue: unsuspending is
   Kueue's) and an elastic job's size (`ElasticSize.resize`);
-- the answer is `Proceed(Attempt)`: the Job as cached or created, and the topology at its size.
+- the answer is `Proceed(Attempt)`: the Job as cached or created, the topology at its size, and
+  what its rank 0's `prepare` container reported about checkpoints (`checkpoints.py`).
 `retriable_failures` and `unschedulable` read the attempt's pods from the cache.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from controller.api import (
     JOB_LABEL,
+    CheckpointStatus,
     JobConditionType,
     JobTopology,
     TorchrunJob,
@@ -37,6 +39,7 @@ from controller.rest.client import RESTClient
 from controller.rest.resources import JOBS
 from controller.torchrunjob import status as st
 from controller.torchrunjob.admission import Admission
+from controller.torchrunjob.checkpoints import checkpoint_status
 from controller.torchrunjob.children import Children
 from controller.torchrunjob.elastic import ElasticSize, desired_nodes
 from controller.torchrunjob.manifests.common import restart_of
@@ -51,11 +54,22 @@ from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 @dataclass(frozen=True)
 class Attempt:
-    """The worker Job of the current attempt, the job's topology at its current size, its queue."""
+    """The worker Job of the current attempt, the job's topology at its current size, its queue,
+    and the checkpoints its rank 0 reported at its start (None until it has: `checkpoints.py`)."""
 
     job: Obj
     topology: JobTopology
     queue: TorchrunQueue
+    checkpoint: CheckpointStatus | None = None
+
+    def observed(self, status: TorchrunJobStatus) -> dict[str, Any]:
+        """The status fields this attempt sets (`status.checkpoint` stays until rank 0 reports)."""
+        return {
+            "nodes": self.topology.nodes,
+            "gpus": self.topology.total_gpus,
+            "workers": st.worker_counts(self.job),
+            "checkpoint": self.checkpoint or status.checkpoint,
+        }
 
 
 @dataclass(frozen=True)
@@ -95,9 +109,10 @@ class Workers:
             return got
         if got.value is existing:
             self._follow(job, admission.queue, got.value, size)
-        return Proceed(
-            Attempt(got.value, dataclasses.replace(admission.topology, nodes=size), admission.queue)
-        )
+        topology = dataclasses.replace(admission.topology, nodes=size)
+        pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
+        checkpoint = checkpoint_status(pods, got.value["metadata"].get("uid", ""))
+        return Proceed(Attempt(got.value, topology, admission.queue, checkpoint))
 
     def manifest(
         self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, size: int
