@@ -46,6 +46,7 @@ from controller.rest.resources import JOBS, PODS
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob import wiring as torchrunjob_wiring
 from controller.torchrunjob.controller import Options
+from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.metrics import JobsCollector, ProgressCollector
 from controller.torchrunjob.progress import ProgressSettings
 from controller.torchrunqueue import wiring as torchrunqueue_wiring
@@ -80,9 +81,8 @@ class App:
         self.recorder = EventRecorder(self.client)
         # reports reach the leader's memory through the endpoint (`progress_endpoint`)
         self.progress = ProgressStore() if opts.progress_bind_address else None
-        progress = ProgressSettings(
-            self.progress, opts.progress_period, opts.progress_url, ca_bundle(opts.progress_cert_dir)
-        )
+        reporter = ReporterSettings(opts.progress_url, ca_bundle(opts.progress_cert_dir))
+        progress = ProgressSettings(self.progress, opts.progress_period, reporter)
         # each controller registers its own informers and event handlers (its package's wiring.py)
         self.job_controller = torchrunjob_wiring.new_controller(
             f,

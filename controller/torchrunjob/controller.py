@@ -95,9 +95,8 @@ class TorchrunJobReconciler:
         self.etcd = ManagedEtcd(self.children)
         settings = ws.WorkspaceSettings(opts.sync_image, opts.upload_timeout, opts.claim_bind_timeout)
         self.workspace = ws.WorkspaceSync(client, self.children, settings)
-        self.workers = Workers(
-            client, self.children, pods, WorkerSettings(opts.sync_image, opts.cluster_domain)
-        )
+        workers = WorkerSettings(opts.sync_image, opts.cluster_domain, opts.progress.reporter)
+        self.workers = Workers(client, self.children, pods, workers)
         self.pod_groups = pod_groups
         self.actions = Actions(client, self.children, self.etcd, self.workspace)
         self.reporter = StatusReporter(client, recorder)

@@ -17,7 +17,7 @@ A job that never reported in this attempt is left alone: no condition, no timer,
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from controller.api import ConditionStatus, TorchrunJob, TorchrunQueue, find_condition
@@ -28,6 +28,7 @@ from controller.progress.stall import RankState, decide
 from controller.progress.store import ProgressStore
 from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
+from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.reasons import Reason
 
 DEFAULT_PERIOD = 30.0
@@ -36,12 +37,11 @@ DEFAULT_PERIOD = 30.0
 @dataclass(frozen=True)
 class ProgressSettings:
     """The leader's reports (None: no endpoint, nothing reported), `--progress-period`, and what
-    the reporters are told: the endpoint's URL (`--progress-url`) and the CA to verify it with."""
+    the reporters are told (`--progress-url`, the CA to verify the endpoint with)."""
 
     store: ProgressStore | None = None
     period: float = DEFAULT_PERIOD
-    url: str = ""
-    ca: str | None = None
+    reporter: ReporterSettings = field(default_factory=ReporterSettings)
 
 
 class ProgressStep:

@@ -44,6 +44,7 @@ from controller.torchrunjob.children import Children
 from controller.torchrunjob.elastic import ElasticSize, desired_nodes
 from controller.torchrunjob.manifests.common import restart_of
 from controller.torchrunjob.manifests.etcd import EtcdState
+from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
 from controller.torchrunjob.manifests.scheduling import creates_suspended
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
@@ -76,6 +77,7 @@ class Attempt:
 class WorkerSettings:
     sync_image: str = DEFAULT_SYNC_IMAGE
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    reporter: ReporterSettings = dataclasses.field(default_factory=ReporterSettings)
 
 
 class Workers:
@@ -129,6 +131,7 @@ class Workers:
             generation=status.workspace_generation,
             sync_image=self.settings.sync_image,
             cluster_domain=self.settings.cluster_domain,
+            reporter=self.settings.reporter,
         )
 
     def _follow(self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, size: int) -> None:

@@ -69,7 +69,7 @@ def test_the_controller_builds_its_pods_with_these_argvs() -> None:
     assert container["name"] == protocol.CONTAINER
     assert pod["metadata"]["name"] == protocol.sync_pod_name("j", 1)
     assert parse(container["command"])["url"] == "https://git.example/r.git"
-    prepare, init = worker(j, q, generation=1)["spec"]["template"]["spec"]["initContainers"]
+    prepare, init, _reporter = worker(j, q, generation=1)["spec"]["template"]["spec"]["initContainers"]
     assert parse(init["command"])["min_generation"] == 1
     assert parse(prepare["command"])["target"] == "/opt/torchrun"
 

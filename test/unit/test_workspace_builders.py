@@ -129,7 +129,8 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     j = job(workspace={"source": "upload", "mountPath": "/code"})
     manifest = worker(j, q, generation=4, sync_image="sync:1")
     pod = manifest["spec"]["template"]["spec"]
-    prepare, init = pod["initContainers"]
+    prepare, init, reporter = pod["initContainers"]
+    assert reporter["name"] == "progress-reporter" and reporter["image"] == "sync:1"
     assert prepare["name"] == "prepare" and prepare["image"] == init["image"] == "sync:1"
     assert init["command"] == [
         "python", "-m", "controller.sync", "copy",
@@ -138,7 +139,14 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
     assert init["securityContext"] == pod["containers"][0]["securityContext"]
     assert init["securityContext"]["runAsUser"] == 1000
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
-    assert set(mounts) == {"/dev/shm", "/opt/torchrun", "/code", "/checkpoints", "/data"}
+    assert set(mounts) == {
+        "/dev/shm",
+        "/opt/torchrun",
+        "/code",
+        "/checkpoints",
+        "/data",
+        "/var/run/torchrun-progress",
+    }
     assert mounts["/data"]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["workspace"]["persistentVolumeClaim"] == {"claimName": "j-workspace", "readOnly": True}
@@ -149,8 +157,13 @@ def test_workers_copy_the_code_from_the_workspace_and_mount_checkpoints_and_data
 def test_a_job_without_a_workspace_gets_no_code_copy_but_still_its_tools() -> None:
     j, q = job(workspace={"source": "none"}), queue()
     pod = worker(j, q, generation=0, sync_image="sync:1")["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["initContainers"]] == ["prepare"]
-    assert [v["name"] for v in pod["volumes"]] == ["dshm", "torchrun-tools"]
+    assert [c["name"] for c in pod["initContainers"]] == ["prepare", "progress-reporter"]
+    assert [v["name"] for v in pod["volumes"]] == [
+        "dshm",
+        "torchrun-tools",
+        "torchrun-progress",
+        "torchrun-progress-token",
+    ]
 
 
 def ended(phase: str, message: str, finished: str = "2026-11-23T12:00:00Z") -> dict[str, Any]:

@@ -9,8 +9,8 @@ from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), th
 (`storage.worker_storage`), `/opt/torchrun` and the launch through it (`tools.worker_tools`),
 checkpoints' environment, resume choice and grace period (`checkpoint.worker_checkpoint`), the
 size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
-restart it belongs to and the workspace generation in use (annotations), and whether it starts
-suspended.
+restart it belongs to and the workspace generation in use (annotations), whether it starts
+suspended, and the progress reporter sidecar (`progress.with_reporter`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from controller.torchrunjob.manifests.common import (
     working_dir_of,
 )
 from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
+from controller.torchrunjob.manifests.progress import ReporterSettings, with_reporter
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN, node0_host, rendezvous
 from controller.torchrunjob.manifests.scheduling import SchedulerFields, scheduler_fields
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
@@ -239,6 +240,7 @@ def build_worker_job(
     generation: int = 0,
     sync_image: str = DEFAULT_SYNC_IMAGE,
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN,
+    reporter: ReporterSettings | None = None,
 ) -> dict[str, Any]:
     """The worker Job of whole-job restart `restart`, whole (module doc). `parallelism` is an
     elastic job's current size (default: `topo.nodes`); `generation` is the workspace generation
@@ -251,6 +253,10 @@ def build_worker_job(
     tools = worker_tools(queue, image=image, inputs=checkpoint.prepare)
     shm = str(queue.spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node)
     container = _container(job, queue, topo, parsed, cluster_domain, tools, checkpoint)
+    pod = _pod_spec(job, queue, container, storage, tools, checkpoint, sched, shm)
+    pod = with_reporter(
+        pod, job, queue, image=image, settings=reporter or ReporterSettings(), container=CONTAINER
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -266,7 +272,7 @@ def build_worker_job(
             "suspend": suspend,
             "template": {
                 "metadata": _pod_metadata(job, queue, sched),
-                "spec": _pod_spec(job, queue, container, storage, tools, checkpoint, sched, shm),
+                "spec": pod,
             },
         },
     }

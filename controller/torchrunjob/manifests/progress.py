@@ -1,0 +1,134 @@
+"""The progress reporter of every worker pod (pure): a native sidecar from the controller's image.
+
+`with_reporter(pod, ...)` returns the worker pod spec with:
+- the emptyDir `torchrun-progress` at `PROGRESS_DIR` in the torchrun container, whose
+  environment gets `TORCHRUN_PROGRESS_FILE` (`PROGRESS_FILE`: the JSON-lines file the training
+  program appends to; `torchrun_progress.report` does it);
+- the init container `progress-reporter` (`REPORTER_CONTAINER`) with `restartPolicy: Always` — a
+  native sidecar: started before the torchrun container, stopped after it, never holding the
+  pod's completion — running `python -m controller.progress.reporter` from the sync image. It
+  tails the file (read-only mount), serves `/metrics` on port `METRICS_PORT` (named
+  `progress-metrics`, what config/prometheus' PodMonitor scrapes), and, when the controller has
+  an endpoint (`ReporterSettings.url`), POSTs the latest record there with the projected
+  service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
+  by the kubelet), verifying the endpoint with `ReporterSettings.ca` when the controller has one;
+- `shareProcessNamespace: true`, so `kubectl torchrun stack` can run py-spy in the sidecar
+  against the training processes. With the queue's `debug.stackDumps` (the default) only the
+  sidecar gets `SYS_PTRACE` (as UID 0, every other capability dropped: ptrace of another user's
+  process needs the capability in effect, which a non-root container never has); without it the
+  sidecar runs as 65532 with no capability. The torchrun container never gets one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controller.api import TorchrunJob, TorchrunQueue
+
+REPORTER_CONTAINER = "progress-reporter"
+PROGRESS_VOLUME = "torchrun-progress"
+PROGRESS_DIR = "/var/run/torchrun-progress"
+PROGRESS_FILE = f"{PROGRESS_DIR}/progress.jsonl"
+TOKEN_VOLUME = "torchrun-progress-token"
+TOKEN_DIR = "/var/run/secrets/torchrun-progress"
+TOKEN_PATH = f"{TOKEN_DIR}/token"
+AUDIENCE = "torchrun-controller"
+TOKEN_SECONDS = 600  # the shortest the API server allows
+METRICS_PORT = 9400
+REPORTER_COMMAND = ("python", "-m", "controller.progress.reporter")
+
+
+@dataclass(frozen=True)
+class ReporterSettings:
+    """What the controller tells every reporter: its endpoint's URL (`--progress-url`; empty:
+    no pushes) and the CA that signed the endpoint's certificate (PEM; None: not verified)."""
+
+    url: str = ""
+    ca: str | None = None
+
+
+def stack_dumps_allowed(queue: TorchrunQueue) -> bool:
+    return queue.spec.debug is None or queue.spec.debug.stack_dumps
+
+
+def reporter_container(
+    job: TorchrunJob, queue: TorchrunQueue, image: str, settings: ReporterSettings
+) -> dict[str, Any]:
+    """The sidecar (module doc)."""
+    env: list[dict[str, Any]] = [
+        {"name": "TORCHRUN_PROGRESS_FILE", "value": PROGRESS_FILE},
+        {"name": "TORCHRUN_PROGRESS_TOKEN_FILE", "value": TOKEN_PATH},
+        {"name": "TORCHRUN_JOB_NAME", "value": job.name},
+        {"name": "TORCHRUN_REPORTER_ADDRESS", "value": f"0.0.0.0:{METRICS_PORT}"},
+    ]
+    if settings.url:
+        env.append({"name": "TORCHRUN_PROGRESS_URL", "value": settings.url})
+    if settings.ca:
+        env.append({"name": "TORCHRUN_PROGRESS_CA", "value": settings.ca})
+    if stack_dumps_allowed(queue):
+        security: dict[str, Any] = {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["SYS_PTRACE"]},
+        }
+    else:
+        security = {
+            "runAsUser": 65532,
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    return {
+        "name": REPORTER_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",
+        "command": list(REPORTER_COMMAND),
+        "env": env,
+        "ports": [{"name": "progress-metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "volumeMounts": [
+            {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True},
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "48Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        "securityContext": security,
+    }
+
+
+def with_reporter(
+    pod: dict[str, Any],
+    job: TorchrunJob,
+    queue: TorchrunQueue,
+    *,
+    image: str,
+    settings: ReporterSettings,
+    container: str,
+) -> dict[str, Any]:
+    """`pod` (a worker pod spec) with the reporter, its volumes and the torchrun container's
+    file (module doc); `container` names the torchrun container. `pod` is not changed."""
+    mount = {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR}
+    file = {"name": "TORCHRUN_PROGRESS_FILE", "value": PROGRESS_FILE}
+    containers = [
+        {**c, "env": [*c.get("env", ()), file], "volumeMounts": [*c.get("volumeMounts", ()), mount]}
+        if c["name"] == container
+        else c
+        for c in pod["containers"]
+    ]
+    token = {
+        "serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
+    }
+    return {
+        **pod,
+        "shareProcessNamespace": True,
+        "containers": containers,
+        "initContainers": [*pod.get("initContainers", ()), reporter_container(job, queue, image, settings)],
+        "volumes": [
+            *pod.get("volumes", ()),
+            {"name": PROGRESS_VOLUME, "emptyDir": {}},
+            {"name": TOKEN_VOLUME, "projected": {"sources": [token]}},
+        ],
+    }
