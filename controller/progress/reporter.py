@@ -1,0 +1,213 @@
+"""The reporter sidecar: `python -m controller.progress.reporter [stack]`.
+
+Run without arguments (the sidecar's command), it follows `TORCHRUN_PROGRESS_FILE` every
+`POLL_SECONDS` (`tail.Tailer`: bounded, never raising) and keeps the latest valid record and when
+a new one last appeared (a monotonic clock: what it sends is an age, so the controller's clock
+is the only one that matters). It serves that record on `TORCHRUN_REPORTER_ADDRESS` (`/metrics`,
+Prometheus text: `torchrun_training_step`, `torchrun_training_total_steps`,
+`torchrun_training_epoch`, `torchrun_training_samples_per_second`,
+`torchrun_training_seconds_since_change`, the user's numbers as `torchrun_training_metric{name}`,
+each labelled with the node `rank`) and, when `TORCHRUN_PROGRESS_URL` is set, POSTs it there
+(`Pusher`): after a change at most every `PUSH_MIN_SECONDS`, and every `HEARTBEAT_SECONDS` without
+one (so a new leader learns how long ranks have been silent), with the projected token read
+again for every push (the kubelet rotates it). A 503 (a standby, or a leader still syncing) or a
+connection error is retried with doubling backoff up to `MAX_BACKOFF`; a refusal (401/403) is
+logged and retried at the heartbeat. It never exits on its own: a broken reporter must not take
+the pod down.
+
+`stack` (run by `kubectl torchrun stack` through exec) prints a py-spy dump of every Python
+process of the pod but itself, each line prefixed `[rank R pid P]` (R the process's `RANK`,
+`agent` for torchrun's own process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from controller.progress.record import Record
+from controller.progress.stack import dump_all
+from controller.progress.tail import Tailer
+
+POLL_SECONDS = 1.0
+PUSH_MIN_SECONDS = 2.0
+HEARTBEAT_SECONDS = 30.0
+MAX_BACKOFF = 30.0
+TIMEOUT = 10.0
+
+
+@dataclass
+class Latest:
+    """The latest record and the monotonic time it appeared; guarded by `lock`."""
+
+    record: Record | None = None
+    changed: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set(self, record: Record, now: float) -> None:
+        with self.lock:
+            self.record, self.changed = record, now
+
+    def get(self) -> tuple[Record | None, float]:
+        with self.lock:
+            return self.record, self.changed
+
+
+class Pusher:
+    """When and what to POST (the module docstring's rules), with the I/O injected (`send`)."""
+
+    def __init__(self, job: str, send: Callable[[dict[str, Any]], int]) -> None:
+        self.job = job
+        self.send = send
+        self.sent_change: float | None = None  # the change last accepted
+        self.next_at = 0.0
+        self.backoff = PUSH_MIN_SECONDS
+
+    def tick(self, latest: Latest, now: float) -> int | None:
+        """Push if it is time; the HTTP status (0: no answer), or None when nothing was sent."""
+        record, changed = latest.get()
+        if record is None or now < self.next_at:
+            return None
+        if changed == self.sent_change and now < self.next_at + HEARTBEAT_SECONDS:
+            return None
+        body = {"job": self.job, "record": record.to_json(), "secondsSinceChange": max(0.0, now - changed)}
+        status = self.send(body)
+        if status == 200:
+            self.sent_change, self.backoff = changed, PUSH_MIN_SECONDS
+            self.next_at = now + PUSH_MIN_SECONDS
+        elif status in (401, 403, 400, 413, 404):
+            self.next_at = now + HEARTBEAT_SECONDS  # refused: saying it again soon changes nothing
+        else:
+            self.next_at = now + self.backoff
+            self.backoff = min(MAX_BACKOFF, self.backoff * 2)
+        return status
+
+
+def https_sender(url: str, token_file: str, ca: str | None) -> Callable[[dict[str, Any]], int]:
+    """POST a body to `url` with the token of `token_file`; the answer's HTTP status (0: none).
+    The endpoint is verified against `ca` when given; else the connection is encrypted only."""
+    ctx = ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
+    if not ca:
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+
+    def send(body: dict[str, Any]) -> int:
+        try:
+            with open(token_file) as f:
+                token = f.read().strip()
+            req = urllib.request.Request(
+                url,
+                json.dumps(body).encode(),
+                {"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+                method="POST",
+            )
+            with urllib.request.urlopen(req, context=ctx, timeout=TIMEOUT) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as err:
+            _log(f"progress report refused: {err.code} {err.read(512).decode('utf-8', 'replace').strip()}")
+            return int(err.code)
+        except (OSError, ValueError) as exc:
+            _log(f"progress report not delivered: {exc}")
+            return 0
+
+    return send
+
+
+def metric_lines(latest: Latest, rank: str, now: float) -> Iterator[str]:
+    """The Prometheus text of the latest record."""
+    record, changed = latest.get()
+    if record is None:
+        return
+    label = f'rank="{rank}"'
+    gauges = {
+        "torchrun_training_step": record.step,
+        "torchrun_training_total_steps": record.total_steps,
+        "torchrun_training_epoch": record.epoch,
+        "torchrun_training_samples_per_second": record.samples_per_second,
+        "torchrun_training_seconds_since_change": now - changed,
+    }
+    for name, value in gauges.items():
+        if value is not None:
+            yield f"# TYPE {name} gauge"
+            yield f"{name}{{{label}}} {float(value)!r}"
+    if record.metrics:
+        yield "# TYPE torchrun_training_metric gauge"
+        for key, value in record.metrics.items():  # names are validated: no quote or backslash
+            yield f'torchrun_training_metric{{{label},name="{key}"}} {value!r}'
+
+
+def serve_metrics(address: str, latest: Latest, rank: str) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/metrics":
+                body, code = b"not found\n", 404
+            else:
+                body, code = ("\n".join(metric_lines(latest, rank, time.monotonic())) + "\n").encode(), 200
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    host, _, port = address.rpartition(":")
+    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+
+
+def run(env: dict[str, str], stop: threading.Event) -> None:
+    """The sidecar's loop (module docstring) until `stop`."""
+    latest = Latest()
+    rank = env.get("JOB_COMPLETION_INDEX", "0")
+    try:
+        serve_metrics(env.get("TORCHRUN_REPORTER_ADDRESS", "0.0.0.0:9400"), latest, rank)
+    except OSError as exc:
+        _log(f"cannot serve /metrics: {exc}")
+    tailer = Tailer(env.get("TORCHRUN_PROGRESS_FILE", "/var/run/torchrun-progress/progress.jsonl"))
+    pusher = None
+    if env.get("TORCHRUN_PROGRESS_URL"):
+        sender = https_sender(
+            env["TORCHRUN_PROGRESS_URL"],
+            env.get("TORCHRUN_PROGRESS_TOKEN_FILE", "/var/run/secrets/torchrun-progress/token"),
+            env.get("TORCHRUN_PROGRESS_CA") or None,
+        )
+        pusher = Pusher(env.get("TORCHRUN_JOB_NAME", ""), sender)
+    while not stop.is_set():
+        record = tailer.poll()
+        now = time.monotonic()
+        if record is not None:
+            latest.set(record, now)
+        if pusher is not None:
+            pusher.tick(latest, now)
+        stop.wait(POLL_SECONDS)
+
+
+def _log(message: str) -> None:
+    print(f"reporter: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["stack"]:
+        return dump_all(os.getpid())
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    run(dict(os.environ), stop)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The reporter sidecar: when it pushes (a table of ticks), what /metrics says, which processes
+`stack` dumps, and the whole loop against a local HTTPS server (the controller's side is tested
+on the control plane, test/integration/test_progress.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from testbed import wait_until
+
+from controller.progress.record import Record
+from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, metric_lines, run
+from controller.progress.stack import python_processes
+from controller.progress.tls import server_context
+
+
+def test_pushes_follow_changes_heartbeats_and_backoff() -> None:
+    sent: list[dict[str, Any]] = []
+    answers = [200]
+    pusher = Pusher("job", lambda body: (sent.append(body), answers[0])[1])
+    latest = Latest()
+    assert pusher.tick(latest, 0.0) is None  # nothing read yet
+    latest.set(Record(step=1), 10.0)
+    assert pusher.tick(latest, 10.5) == 200
+    assert sent[-1] == {"job": "job", "record": {"step": 1}, "secondsSinceChange": 0.5}
+    assert pusher.tick(latest, 11.0) is None  # nothing new
+    latest.set(Record(step=2), 11.0)
+    assert pusher.tick(latest, 11.5) is None  # at most every PUSH_MIN_SECONDS
+    assert pusher.tick(latest, 12.6) == 200
+    assert pusher.tick(latest, 20.0) is None
+    assert pusher.tick(latest, 12.6 + 2 + HEARTBEAT_SECONDS) == 200  # a heartbeat: the age grows
+    assert sent[-1]["secondsSinceChange"] == 12.6 + 2 + HEARTBEAT_SECONDS - 11.0
+    answers[0] = 503  # a standby: retried with doubling backoff
+    latest.set(Record(step=3), 50.0)
+    times = [t for t in (x * 0.5 for x in range(100, 200)) if pusher.tick(latest, t) is not None]
+    assert [b - a for a, b in itertools.pairwise(times)][:3] == [2.0, 4.0, 8.0]
+    answers[0] = 403  # refused: not again before the heartbeat
+    refused = Pusher("job", lambda body: answers[0])
+    assert refused.tick(latest, 60.0) == 403
+    assert refused.tick(latest, 60.0 + HEARTBEAT_SECONDS - 1) is None
+
+
+def test_metrics_name_the_step_and_the_users_numbers() -> None:
+    latest = Latest()
+    assert list(metric_lines(latest, "1", 0.0)) == []
+    latest.set(Record(step=7, total_steps=10, samples_per_second=3.5, metrics={"loss": 0.25}), 5.0)
+    text = "\n".join(metric_lines(latest, "1", 8.0))
+    assert 'torchrun_training_step{rank="1"} 7.0' in text
+    assert 'torchrun_training_samples_per_second{rank="1"} 3.5' in text
+    assert 'torchrun_training_seconds_since_change{rank="1"} 3.0' in text
+    assert 'torchrun_training_metric{rank="1",name="loss"} 0.25' in text
+    assert "torchrun_training_epoch" not in text
+
+
+def fake_proc(root: Path, pid: int, argv: list[str], env: dict[str, str], ppid: int = 1) -> None:
+    d = root / str(pid)
+    d.mkdir()
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
+    (d / "stat").write_text(f"{pid} (x) S {ppid} 0 0")
+
+
+def test_stack_dumps_every_python_process_but_the_reporter(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 1, ["/pause"], {})
+    fake_proc(tmp_path, 10, ["/usr/bin/python3", "/usr/bin/torchrun", "train.py"], {"PATH": "/bin"})
+    fake_proc(tmp_path, 11, ["/usr/bin/python3", "-u", "train.py"], {"RANK": "2"}, ppid=10)
+    fake_proc(tmp_path, 12, ["/bin/sh", "-c", "sleep 1"], {"RANK": "3"})
+    fake_proc(tmp_path, 20, ["python", "-m", "controller.progress.reporter"], {})
+    (tmp_path / "self").mkdir()
+    assert python_processes(tmp_path, {20}) == [(10, "agent"), (11, "2")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_sidecar_tails_serves_metrics_and_pushes_with_the_token(tmp_path: Path) -> None:
+    received: list[tuple[str, dict[str, Any]]] = []
+
+    class Endpoint(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append((self.headers["Authorization"], body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    server.socket = server_context(None).wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    progress, token, port = tmp_path / "progress.jsonl", tmp_path / "token", free_port()
+    token.write_text("the-token\n")
+    env = {
+        "TORCHRUN_PROGRESS_FILE": str(progress),
+        "TORCHRUN_PROGRESS_URL": f"https://127.0.0.1:{server.server_address[1]}/v1/progress",
+        "TORCHRUN_PROGRESS_TOKEN_FILE": str(token),
+        "TORCHRUN_JOB_NAME": "demo",
+        "TORCHRUN_REPORTER_ADDRESS": f"127.0.0.1:{port}",
+        "JOB_COMPLETION_INDEX": "0",
+    }
+    stop = threading.Event()
+    loop = threading.Thread(target=run, args=(env, stop), daemon=True)
+    loop.start()
+    try:
+        progress.write_bytes(b'{"step": 3, "total_steps": 9, "loss": 2}\n\xff garbage\n')
+        wait_until(lambda: received, 10, message="a push")
+        assert received[0] == (
+            "Bearer the-token",
+            {
+                "job": "demo",
+                "record": {"step": 3, "total_steps": 9, "loss": 2.0},
+                "secondsSinceChange": received[0][1]["secondsSinceChange"],
+            },
+        )
+        assert 0 <= received[0][1]["secondsSinceChange"] < 5
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'torchrun_training_step{rank="0"} 3.0' in metrics
+    finally:
+        stop.set()
+        loop.join(5)
+        server.shutdown()
