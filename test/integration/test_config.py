@@ -15,8 +15,10 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -122,6 +124,7 @@ def test_kustomize_renders_the_controller_and_its_rbac(cluster: Cluster) -> None
         ("RoleBinding", "torchrun-controller-leader-election"),
         ("Deployment", "torchrun-controller"),
         ("Service", "torchrun-controller-metrics"),
+        ("Service", "torchrun-controller-progress"),
     }
     assert expected <= set(objects)
     assert {kind for kind, _ in set(objects) - expected} <= {"CustomResourceDefinition"}
@@ -132,7 +135,7 @@ def test_kustomize_renders_the_controller_and_its_rbac(cluster: Cluster) -> None
         for subject in obj.get("subjects") or []:
             assert subject == {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
     # the optional extras render too (the ServiceMonitor's CRD is not installed here)
-    assert [d["kind"] for d in render(cluster, CONFIG / "prometheus")] == ["ServiceMonitor"]
+    assert [d["kind"] for d in render(cluster, CONFIG / "prometheus")] == ["PodMonitor", "ServiceMonitor"]
     assert [d["kind"] for d in render(cluster, CONFIG / "grafana")] == ["ConfigMap"]
 
 
@@ -546,6 +549,46 @@ def a_failed_attempt_is_restarted(cluster: Cluster, run: Run) -> None:
     assert failed["status"]["restarts"] == 1
 
 
+def a_progress_report_is_reviewed(cluster: Cluster, run: Run, url: str) -> None:
+    """A worker's reporter pushes progress: the controller reviews its pod-bound token
+    (TokenReview) and writes status.progress."""
+    ns = run.namespace
+    submit(cluster, ns, "reporting", run.forever)
+    selector = "torchrun-job-name=reporting,torchrun.ai/role=worker"
+
+    def running_pod() -> dict[str, Any] | None:
+        pods = cluster.get("pods", "-n", ns, "-l", selector)["items"]
+        return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+    pod = wait_until(running_pod, 60, message="the reporting job's worker running")
+    token = cluster.kubectl(
+        "create", "token", pod["spec"].get("serviceAccountName") or "default", "-n", ns,
+        "--audience", "torchrun-controller", "--bound-object-kind", "Pod",
+        "--bound-object-name", pod["metadata"]["name"], "--bound-object-uid", pod["metadata"]["uid"],
+    ).stdout.strip()  # fmt: skip
+    body = {"job": "reporting", "record": {"step": 5, "total_steps": 10}, "secondsSinceChange": 0}
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Authorization": f"Bearer {token}"}, method="POST"
+    )
+    unverified = ssl.create_default_context()
+    unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE  # self-signed here
+
+    def accepted() -> bool:
+        try:
+            with urllib.request.urlopen(req, context=unverified, timeout=10) as resp:
+                return bool(resp.status == 200)
+        except urllib.error.HTTPError as err:
+            assert err.code == 503, err.read()  # not leading yet: the reporter retries the same way
+            return False
+
+    wait_until(accepted, 30, interval=1, message="the report accepted")
+    wait_until(
+        lambda: (cluster.get("torchrunjob", "reporting", "-n", ns).get("status") or {}).get("progress"),
+        30,
+        message="status.progress",
+    )
+
+
 def orphans_are_collected(cluster: Cluster, run: Run, storage_class: str) -> None:
     """With Kubernetes' garbage collector stopped (it would race ours), what a TorchrunJob that is
     gone owned is deleted by ours: it confirms the owner is gone with a GET, then deletes."""
@@ -602,7 +645,8 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
     """The controller process with the Deployment's flags and the ServiceAccount's token runs a job
     to success, TTL and GC included, is made to take every path its roles grant a verb for (the
     steps above: name conflicts, an unbound claim, a restart, the autoscaler, a Service's drift,
-    suspend, a hot reload, orphans), and stops cleanly on SIGTERM.
+    suspend, a hot reload, a progress report and its TokenReview, orphans), and stops cleanly on
+    SIGTERM.
 
     Its RBAC is then checked against what it really sent (`check_rbac_against_the_audit_log`):
     every request granted, every grant used or listed in UNUSED_GRANTS with why. Three flags are
@@ -610,7 +654,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
     --autoscaler-period=1, --claim-bind-timeout=1."""
     deploy = cluster.get("deployment", "torchrun-controller", "-n", NAMESPACE)
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
-    metrics_port, health_port = free_port(), free_port()
+    metrics_port, health_port, progress_port = free_port(), free_port(), free_port()
     args = [
         *container["args"],
         f"--kubeconfig={service_account_kubeconfig(cluster, tmp_path / 'sa.kubeconfig')}",
@@ -620,6 +664,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         "--gc-interval=1",
         "--autoscaler-period=1",
         "--claim-bind-timeout=1",
+        f"--progress-bind-address=127.0.0.1:{progress_port}",
     ]
     suffix = uuid.uuid4().hex[:6]
     storage_class = f"cfg-{suffix}"
@@ -680,6 +725,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         a_failed_attempt_is_restarted(cluster, run)
         an_elastic_job_grows_its_service_is_kept_and_it_is_suspended_twice(cluster, run)
         a_hot_reload_evicts_the_workers(cluster, run)
+        a_progress_report_is_reviewed(cluster, run, f"https://127.0.0.1:{progress_port}/v1/progress")
         orphans_are_collected(cluster, run, storage_class)
         # --gc-interval=1 and the run took a while: many passes, and the Service is still there
         assert cluster.get("service", "ghost", "-n", namespace)["metadata"].get("deletionTimestamp") is None

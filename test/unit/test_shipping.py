@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import setuptools
 import yaml
+from jobspecs import job, queue
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -28,6 +29,7 @@ from controller.cmd.main import SHUTDOWN_TIMEOUT
 from controller.cmd.options import parse
 from controller.metrics.registry import ControllerMetrics
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
+from controller.torchrunjob.manifests.progress import ReporterSettings, reporter_container
 from controller.torchrunjob.metrics import JobsCollector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,8 +208,8 @@ def manifests(*parts: str) -> Iterator[dict[str, Any]]:
             yield from (doc for doc in yaml.safe_load_all(path.read_text()) if doc)
 
 
-def find(kind: str, *parts: str) -> dict[str, Any]:
-    (doc,) = [d for d in manifests(*parts) if d["kind"] == kind]
+def find(kind: str, *parts: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = [d for d in manifests(*parts) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
 
 
@@ -260,7 +262,7 @@ def test_the_image_tag_and_label_are_the_package_version(deployment: dict[str, A
 
 
 def test_the_metrics_service_and_servicemonitor_select_each_other(deployment: dict[str, Any]) -> None:
-    service = find("Service", "manager")
+    service = find("Service", "manager", name="torchrun-controller-metrics")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     (port,) = service["spec"]["ports"]
@@ -271,6 +273,26 @@ def test_the_metrics_service_and_servicemonitor_select_each_other(deployment: di
     assert service["metadata"]["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
+
+
+def test_the_progress_endpoint_is_served_and_its_url_names_its_service(deployment: dict[str, Any]) -> None:
+    opts = parse(container(deployment)["args"])
+    service = find("Service", "manager", name="torchrun-controller-progress")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
+    (port,) = service["spec"]["ports"]
+    assert int(opts.progress_bind_address.rpartition(":")[2]) == ports[port["targetPort"]] == port["port"]
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert opts.progress_url == f"https://{host}:{port['port']}/v1/progress"
+
+
+def test_the_podmonitor_scrapes_every_workers_reporter() -> None:
+    monitor = find("PodMonitor", "prometheus")
+    assert monitor["spec"]["selector"]["matchLabels"] == {"torchrun.ai/role": "worker"}
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    sidecar = reporter_container(job(), queue(), "img", ReporterSettings())
+    assert endpoint["port"] in {p["name"] for p in sidecar["ports"]} and endpoint["path"] == "/metrics"
 
 
 # -- Grafana dashboard ---------------------------------------------------------------------------
