@@ -7,7 +7,9 @@
 # Two stages: `build` turns the project and its dependencies into wheels; the final stage installs
 # them, offline, into a virtualenv on a clean base, so no compiler, pip cache or source tree ships.
 # The sync pods' sources need two things beyond the controller: the `sync` extra (boto3, for `s3`)
-# and the `git` binary with ssh and the CA bundle (for `git` over ssh and https).
+# and the `git` binary with ssh and the CA bundle (for `git` over ssh and https). The workers'
+# progress reporter sidecar runs from this image too; the `debug` extra gives it py-spy, for
+# `kubectl torchrun stack`.
 # It runs as the numeric non-root user 65532, which lets Kubernetes verify `runAsNonRoot`.
 # For reproducible builds pin the base by digest: --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:...
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -21,7 +23,7 @@ COPY setup.py setup.cfg README.md ./
 COPY controller ./controller
 # the project's wheel plus a wheel of every dependency, the sync extra's included (all publish
 # wheels: nothing compiles)
-RUN pip wheel --wheel-dir /wheels ".[sync]"
+RUN pip wheel --wheel-dir /wheels ".[sync,debug]"
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -44,7 +46,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && rm -rf /var/lib/apt/lists/* \
  && python -m venv --without-pip "$VIRTUAL_ENV" \
  && pip --python "$VIRTUAL_ENV/bin/python" install --no-index --no-cache-dir --find-links=/wheels \
-        "torchrun-controller[sync]" \
+        "torchrun-controller[sync,debug]" \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home \
         --shell /usr/sbin/nologin nonroot
