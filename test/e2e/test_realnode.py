@@ -39,6 +39,7 @@ from testbed import (
 )
 
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
+TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
 NODE = "realnode-0"
 SHM_PER_GPU = "256Mi"
 SHM_BYTES = 256 * 1024 * 1024
@@ -248,8 +249,9 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
     workers = sorted(pods(cluster, namespace, "mlp", "worker"), key=index_of)
     assert [index_of(p) for p in workers] == [0, 1] and {p["spec"]["nodeName"] for p in workers} == {NODE}
     for pod in workers:
-        (init,) = pod["status"]["initContainerStatuses"]
-        assert init["state"]["terminated"]["exitCode"] == 0, init  # found the marker, copied generation 0
+        inits = {s["name"]: s for s in pod["status"]["initContainerStatuses"]}
+        for name in ("prepare", "workspace"):  # filled /opt/torchrun; found the marker, copied gen 0
+            assert inits[name]["state"]["terminated"]["exitCode"] == 0, inits[name]
         out = logs(cluster, namespace, pod["metadata"]["name"])
         rank = index_of(pod)  # one process per node: the node rank is the global rank
         assert f"world rank={rank} size=2 host=mlp-{rank}" in out, out
@@ -311,6 +313,165 @@ def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
     assert "world rank=1 size=2" in out and "rank 1 fails on purpose" in out, out
     terminated = rank1["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 1, terminated
+
+
+def checkpoint_queue(real: RealNode, name: str, keep: int) -> str:
+    """The `queue` fixture's queue, with retention (`keep`) and a 60 s grace period."""
+    spec = {
+        "nodeResources": {"gpus": 1, "cpus": "700m", "memory": "1536Mi"},
+        "image": real.images["TRAIN_IMAGE"],
+        "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
+        "terminationGracePeriodSeconds": 60,
+        "storage": {
+            "workspace": {"sizePerGPU": "1Gi"},
+            "checkpoints": {"enabled": True, "sizePerGPU": "1Gi", "keep": keep},
+            "shmSizePerGPU": SHM_PER_GPU,
+        },
+        "scheduling": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": [{"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+    wait_until(lambda: ready(real.cluster, name), 60, message=f"queue {name} Ready")
+    return name
+
+
+def losses(path: Path) -> list[tuple[str, int, float]]:
+    """`train_checkpoint.py`'s loss file: ("start", from, 0) and ("loss", step, value) in order."""
+    out: list[tuple[str, int, float]] = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# start"):
+            out.append(("start", int(line.rsplit("from=", 1)[1]), 0.0))
+        else:
+            _, step, value = line.split()
+            out.append(("loss", int(step), float(value)))
+    return out
+
+
+def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
+    real: RealNode, namespace: str, controller: Path, tmp_path: Path
+) -> None:
+    """k = 4, 36 steps: rank 1 exits 1 after step 2k+1 = 9 of the first attempt → one whole-job
+    restart → both ranks resume from step 8; suspended mid-run, the ranks save on SIGTERM; resumed,
+    they continue from that step to 36. Retention keeps one complete checkpoint at each start."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"cp-{namespace}", keep=1)
+    command = (
+        "python train_checkpoint.py --steps 36 --every 4 --step-seconds 0.7 --fail-rank 1 --fail-after 9"
+    )
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "resume"},
+            "spec": {
+                "jobQueue": queue,
+                "numNodes": 2,
+                "command": command,
+                "distributed": {"backend": "gloo"},
+                "workspace": {"source": "upload"},
+                "failurePolicy": {"maxRestarts": 1},
+            },
+        },
+        namespace,
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(TRAIN_CHECKPOINT, project / "train_checkpoint.py")
+    proc = plugin_run(real, namespace, project, "sync", "resume", "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+
+    def status() -> dict[str, Any]:
+        got: dict[str, Any] = cluster.get("torchrunjob", "resume", "-n", namespace).get("status") or {}
+        return got
+
+    def resumed_at(attempt: int, path: str) -> dict[str, Any] | None:
+        cp = status().get("checkpoint") or {}
+        return cp if (cp.get("attempt"), cp.get("resumedFrom")) == (attempt, path) else None
+
+    after_restart = wait_until(
+        lambda: resumed_at(1, "/checkpoints/step-8"), 300, interval=1, message="attempt 1 resumed from step-8"
+    )
+    assert status()["restarts"] == 1
+    assert (after_restart["step"], after_restart["count"], after_restart["pruned"]) == (
+        8,
+        1,
+        1,
+    )  # step-4 went
+
+    def rank0_at(step: int) -> bool:
+        rank0 = [p for p in pods(cluster, namespace, "resume", "worker") if index_of(p) == 0]
+        if not rank0 or rank0[0]["status"].get("phase") != "Running":
+            return False
+        out = logs(cluster, namespace, rank0[0]["metadata"]["name"])
+        return any(f"loss rank=0 step={s} " in out for s in range(step, 37))
+
+    wait_until(lambda: rank0_at(14), 180, interval=1, message="attempt 1 past step 14")
+    for pod in pods(cluster, namespace, "resume", "worker"):
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert "resumed from step 8 (/checkpoints/step-8) attempt=1" in out, out
+    cluster.kubectl(
+        "patch", "torchrunjob", "resume", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    wait_until(lambda: status().get("phase") == "Suspended", 120, interval=1, message="Suspended")
+    wait_until(
+        lambda: not pods(cluster, namespace, "resume", "worker"), 120, interval=1, message="workers gone"
+    )
+
+    volume = volume_dir(cluster, namespace, "resume-checkpoints")
+    stops = sorted(volume.glob("step-*/saved-on-stop"))
+    assert len(stops) == 1, sorted(p.name for p in volume.iterdir())
+    stopped = int(stops[0].read_text())
+    assert (stops[0].parent / ".torchrun_complete").is_file() and stops[0].parent.name == f"step-{stopped}"
+    assert 14 <= stopped < 36, stopped
+
+    cluster.kubectl(
+        "patch", "torchrunjob", "resume", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )
+    final = wait_until(
+        lambda: status() if status().get("phase") in ("Succeeded", "Failed") else None,
+        300,
+        interval=1,
+        message="done",
+    )
+    assert final["phase"] == "Succeeded", final
+    assert final["restarts"] == 1 and final["checkpoint"]["resumedFrom"] == f"/checkpoints/step-{stopped}", (
+        final
+    )
+    assert final["checkpoint"]["count"] == 1  # retention: exactly one complete checkpoint at this start
+    for pod in pods(cluster, namespace, "resume", "worker"):
+        rank = index_of(pod)
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert f"resumed from step {stopped} (/checkpoints/step-{stopped})" in out, out
+        assert f"loss rank={rank} step={stopped + 1} " in out and "done step=36" in out, out
+        assert f"loss rank={rank} step={stopped} " not in out, out  # nothing trained twice
+    said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=resume")["items"]
+    resumed = sorted(e["message"] for e in said if e["reason"] == "ResumedFromCheckpoint")
+    assert any("attempt 1 resumed from /checkpoints/step-8 (step 8)" in m for m in resumed), resumed
+
+    # the loss curve continues: rank 0's file, as it was written across the three starts
+    seen = losses(volume / "losses-rank0.txt")
+    starts = [i for i, (kind, _, _) in enumerate(seen) if kind == "start"]
+    assert [seen[i][1] for i in starts] == [0, 8, stopped], seen
+    first, second, third = (
+        [(s, v) for _, s, v in seen[a + 1 : b]] for a, b in zip(starts, [*starts[1:], len(seen)], strict=True)
+    )
+    assert [s for s, _ in first] == list(range(1, 10)), first  # rank 1 failed after step 9
+    assert [s for s, _ in second] == list(range(9, stopped + 1)), second  # then suspended at `stopped`
+    assert [s for s, _ in third] == list(range(stopped + 1, 37)), third
+    # step 9 ran twice, from the same weights and data: the same loss (the restart lost nothing)
+    assert abs(second[0][1] - first[-1][1]) <= 1e-4 * abs(first[-1][1]), (first, second)
+    before = [v for _, v in second[-4:]]
+    assert min(before) / 2 <= third[0][1] <= max(before) * 2, (second, third)
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:
