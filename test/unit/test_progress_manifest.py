@@ -31,7 +31,7 @@ def test_every_worker_pod_gets_the_reporter_as_a_native_sidecar() -> None:
     env = {e["name"]: e["value"] for e in reporter["env"]}
     assert env["TORCHRUN_PROGRESS_FILE"] == "/var/run/torchrun-progress/progress.jsonl"
     assert "TORCHRUN_PROGRESS_URL" not in env and "TORCHRUN_PROGRESS_CA" not in env  # no endpoint: no pushes
-    assert reporter["ports"] == [{"name": "progress-metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert reporter["ports"] == [{"name": "progress", "containerPort": 9400, "protocol": "TCP"}]
     # the training container writes the file the sidecar reads
     assert env_of(worker(job(), queue()))["TORCHRUN_PROGRESS_FILE"] == env["TORCHRUN_PROGRESS_FILE"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}

@@ -8,7 +8,7 @@
   native sidecar: started before the torchrun container, stopped after it, never holding the
   pod's completion — running `python -m controller.progress.reporter` from the sync image. It
   tails the file (read-only mount), serves `/metrics` on port `METRICS_PORT` (named
-  `progress-metrics`, what config/prometheus' PodMonitor scrapes), and, when the controller has
+  `progress`, what config/prometheus' PodMonitor scrapes), and, when the controller has
   an endpoint (`ReporterSettings.url`), POSTs the latest record there with the projected
   service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
   by the kubelet), verifying the endpoint with `ReporterSettings.ca` when the controller has one;
@@ -86,7 +86,7 @@ def reporter_container(
         "restartPolicy": "Always",
         "command": list(REPORTER_COMMAND),
         "env": env,
-        "ports": [{"name": "progress-metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "progress", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "volumeMounts": [
             {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True},
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
