@@ -299,7 +299,7 @@ def test_the_helper_marks_what_discovery_counts(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setenv("TORCHRUN_CHECKPOINT_DIR", str(tmp_path))
     path = torchrun_checkpoint.path_for(12)
-    path.mkdir()
+    assert path.is_dir() and torchrun_checkpoint.path_for(12) == path  # created, and again is fine
     assert latest(scan(tmp_path)) is None
     torchrun_checkpoint.mark_complete(path)
     chosen = latest(scan(tmp_path))

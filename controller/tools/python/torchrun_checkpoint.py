@@ -4,7 +4,8 @@ Every worker pod has this module on PYTHONPATH (`/opt/torchrun/python`, no image
 Standard library only. What it offers:
 
 - `checkpoint_dir()`: the job's checkpoint root (`TORCHRUN_CHECKPOINT_DIR`), None without one;
-  `path_for(step)`: `<root>/step-<step>`, a name the controller reads the step from;
+  `path_for(step)`: `<root>/step-<step>` (created if missing), a name the controller reads the
+  step from;
 - `resume_from()`: the latest complete checkpoint the controller found before this start
   (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr);
 - `mark_complete(path)`: after every rank has written `path`, rank 0 calls this; only then does the
@@ -46,11 +47,13 @@ def checkpoint_dir() -> Path | None:
 
 
 def path_for(step: int) -> Path:
-    """Where to save the checkpoint of `step`: `<root>/step-<step>`."""
+    """Where to save the checkpoint of `step`: `<root>/step-<step>`, created if missing."""
     root = checkpoint_dir()
     if root is None:
         raise RuntimeError(f"{ENV_DIR} is not set: the job's queue has no checkpoints volume")
-    return root / f"step-{int(step)}"
+    path = root / f"step-{int(step)}"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def resume_from() -> Path | None:
