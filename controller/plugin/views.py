@@ -91,8 +91,26 @@ def _workspace_line(job: JSON) -> str:
     return f"source {ws.get('source', 'upload')}, wanted generation {ws.get('generation', 0)}, {running}"
 
 
+def _checkpoint_lines(job: JSON) -> list[str]:
+    """`status.checkpoint` in a line: the newest complete checkpoint and what this attempt resumed
+    from (nothing before the workers' first start reported; docs/checkpoints.md)."""
+    cp = (job.get("status") or {}).get("checkpoint")
+    if not cp:
+        return []
+    latest = "none complete"
+    if cp.get("latest"):
+        step = f"step {cp['step']}, " if cp.get("step") is not None else ""
+        latest = f"latest {cp['latest']} ({step}{cp.get('time', '?')}, {cp.get('count', 0)} complete)"
+    resumed = cp.get("resumedFrom")
+    attempt = f"attempt {cp.get('attempt', 0)} " + (
+        f"resumed from {resumed}" if resumed else "started from scratch"
+    )
+    return [f"Checkpoint: {latest}; {attempt}"]
+
+
 def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: datetime.datetime) -> str:
-    """The `status` page: phase, workspace generation, conditions, pods per node, recent Events."""
+    """The `status` page: phase, workspace generation, checkpoints, conditions, pods per node,
+    recent Events."""
     meta, spec = job["metadata"], job.get("spec") or {}
     nodes, gpus = _size(job)
     lines = [
@@ -103,6 +121,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
         f"Size:       {nodes} nodes, {gpus} GPUs",
         f"Phase:      {phase(job)}    (restarts {(job.get('status') or {}).get('restarts', 0)})",
         f"Workspace:  {_workspace_line(job)}",
+        *_checkpoint_lines(job),
         "",
         "Conditions:",
     ]

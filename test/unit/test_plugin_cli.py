@@ -344,6 +344,19 @@ def test_list_and_status_read_like_kubectl() -> None:
     assert "  30s  Normal  Created  train   created Job train" in text
 
 
+def test_status_shows_the_latest_checkpoint_and_what_this_attempt_resumed_from() -> None:
+    checkpoint = {"attempt": 1, "latest": "/checkpoints/step-8", "step": 8, "time": "2026-01-02T11:00:00Z",
+                  "count": 2, "resumedFrom": "/checkpoints/step-8"}  # fmt: skip
+    text = status_text(job("Running", [], checkpoint=checkpoint), [], [], NOW)
+    assert (
+        "Checkpoint: latest /checkpoints/step-8 (step 8, 2026-01-02T11:00:00Z, 2 complete); "
+        "attempt 1 resumed from /checkpoints/step-8"
+    ) in text.splitlines()
+    fresh = status_text(job("Running", [], checkpoint={"attempt": 0, "count": 0}), [], [], NOW)
+    assert "Checkpoint: none complete; attempt 0 started from scratch" in fresh.splitlines()
+    assert "Checkpoint:" not in status_text(job("Running", []), [], [], NOW)  # nothing reported yet
+
+
 def test_ages_like_kubectl() -> None:
     times = ("2026-01-02T11:59:15Z", "2026-01-02T11:55:00Z", "2026-01-01T09:00:00Z", None)
     assert [age(t, NOW) for t in times] == ["45s", "5m", "27h", "<unknown>"]
