@@ -53,6 +53,7 @@ from controller.api.labels import (
 from controller.api.quantity import Quantity
 from controller.api.storage import (
     AccessMode,
+    CheckpointMirror,
     CheckpointStorage,
     DatasetStorage,
     Storage,
@@ -105,6 +106,7 @@ __all__ = [
     "VERSION",
     "AccessMode",
     "Backend",
+    "CheckpointMirror",
     "CheckpointStatus",
     "CheckpointStorage",
     "Condition",

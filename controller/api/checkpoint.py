@@ -46,6 +46,16 @@ class CheckpointStatus:
         default=0,
         metadata=api("Checkpoints retention removed at this start.", schema={"format": "int32"}),
     )
+    downloaded: str | None = field(
+        default=None,
+        metadata=api(
+            "The copy this start restored from the S3 mirror (its name).", schema={"maxLength": 255}
+        ),
+    )
+    mirrored: int = field(
+        default=0,
+        metadata=api("Checkpoints uploaded to the S3 mirror at this start.", schema={"format": "int32"}),
+    )
     problems: tuple[str, ...] = field(
         default=(),
         metadata=api(

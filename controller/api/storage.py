@@ -58,6 +58,26 @@ class WorkspaceStorage:
 
 
 @dataclass(frozen=True)
+class CheckpointMirror:
+    """An S3 prefix mirroring the job's complete checkpoints (docs/checkpoints.md)."""
+
+    uri: str = field(
+        metadata=api(
+            "s3://bucket/prefix/ under which each checkpoint is copied (as <prefix><name>/...).",
+            schema={"maxLength": 2048, "pattern": r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9]/(.*/)?$"},
+        )
+    )
+    secret: str | None = field(
+        default=None,
+        metadata=api(
+            "Secret in the job's namespace with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and optionally "
+            "AWS_ENDPOINT_URL and AWS_REGION; the pod's own credentials when absent.",
+            schema=NAME_SCHEMA,
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class CheckpointStorage:
     """A per-job PVC for checkpoints, mounted read-write on every node."""
 
@@ -92,6 +112,14 @@ class CheckpointStorage:
             "Retention: only the newest `keep` complete checkpoints stay (older incomplete ones go too); "
             "applied at every start of the workers. All are kept when absent.",
             schema={"minimum": 1, "maximum": 10000, "format": "int32"},
+        ),
+    )
+    s3: CheckpointMirror | None = field(
+        default=None,
+        metadata=api(
+            "Mirror to S3: at every start rank 0 uploads the complete checkpoints the prefix lacks "
+            "(and applies keep there); a start whose volume has no complete checkpoint downloads the "
+            "newest copy first."
         ),
     )
 

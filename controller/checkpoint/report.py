@@ -1,10 +1,10 @@
 """What `prepare` chose, as rank 0's `prepare` container termination message (written there, read by
 the controller into `status.checkpoint`).
 
-`CheckpointReport.to_json()` is at most `MAX_BYTES` (4 KiB, the kubelet's limit):
-`{"result": "Prepared", "checkpoint": {"root", "attempt", "latest", "step", "time", "count",
-"resumedFrom", "pruned", "problems"}}` — `latest`/`resumedFrom` paths as the ranks see them,
-`time` RFC 3339, `problems` one line each (a chosen checkpoint that vanished, a removal that
+`CheckpointReport.to_json()` is at most `MAX_BYTES` (4 KiB, the kubelet's limit): `{"result":
+"Prepared", "checkpoint": {"root", "attempt", "latest", "step", "time", "count", "resumedFrom",
+"pruned", "downloaded", "mirrored", "problems"}}` — `latest`/`resumedFrom` paths as the ranks see
+them, `time` RFC 3339, `problems` one line each (a chosen checkpoint that vanished, a removal that
 failed), dropped from the end to fit. `parse_report(text)` never raises: anything else is None.
 """
 
@@ -31,6 +31,8 @@ class CheckpointReport:
     resumed_from: str | None = None
     pruned: int = 0
     problems: tuple[str, ...] = field(default=())
+    downloaded: str | None = None  # the copy the S3 mirror restored at this start
+    mirrored: int = 0  # checkpoints uploaded to the S3 mirror at this start
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -42,6 +44,8 @@ class CheckpointReport:
             "count": self.count,
             "resumedFrom": self.resumed_from,
             "pruned": self.pruned,
+            "downloaded": self.downloaded,
+            "mirrored": self.mirrored,
             "problems": [p[:512] for p in self.problems],
         }
         body = {k: v for k, v in body.items() if v is not None}
@@ -85,5 +89,7 @@ def parse_report(text: str | None) -> CheckpointReport | None:
         count=_get(body, "count", int) or 0,
         resumed_from=_get(body, "resumedFrom", str),
         pruned=_get(body, "pruned", int) or 0,
+        downloaded=_get(body, "downloaded", str),
+        mirrored=_get(body, "mirrored", int) or 0,
         problems=tuple(p for p in problems if isinstance(p, str)) if isinstance(problems, list) else (),
     )

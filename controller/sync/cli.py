@@ -10,6 +10,7 @@ Usage errors exit 2 (argparse).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from controller.checkpoint import CheckpointReport, resume
 from controller.sync import layout
+from controller.sync.checkpoint_s3 import mirror, restore
 from controller.sync.copy import copy_tree, wait_for_generation
 from controller.sync.errors import (
     GIT_FETCH_FAILED,
@@ -178,11 +180,10 @@ def _prepare(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     variables: dict[str, str] = {}
     rank0 = env.get(ENV_NODE_RANK, "0") == "0"
     if args.checkpoints:
-        chosen = resume(Path(args.checkpoints), attempt=args.attempt, keep=args.keep, prunes=rank0)
-        variables.update(chosen.env)
+        report = _checkpoints(args, env, rank0, variables)
         if rank0:
-            write_text_message(_termination_log(env), chosen.report.to_json())
-        print(_resume_line(chosen.report))
+            write_text_message(_termination_log(env), report.to_json())
+        print(_resume_line(report))
     try:
         prepare_tools(target, variables)
     except OSError as e:
@@ -191,11 +192,33 @@ def _prepare(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
+def _checkpoints(
+    args: argparse.Namespace, env: Mapping[str, str], rank0: bool, variables: dict[str, str]
+) -> CheckpointReport:
+    """Restore from the S3 mirror when the volume has nothing complete, choose (rank 0 prunes),
+    then rank 0 brings the mirror up to date (checkpoint_s3.py)."""
+    root = Path(args.checkpoints)
+    downloaded, problems = restore(root, args.s3, env) if args.s3 else (None, [])
+    chosen = resume(root, attempt=args.attempt, keep=args.keep, prunes=rank0)
+    variables.update(chosen.env)
+    mirrored = 0
+    if args.s3 and rank0:
+        mirrored, more = mirror(root, args.s3, env, args.keep)
+        problems += more
+    report = chosen.report
+    problems = list(report.problems) + problems
+    return dataclasses.replace(report, downloaded=downloaded, mirrored=mirrored, problems=tuple(problems))
+
+
 def _resume_line(report: CheckpointReport) -> str:
     said = [f"resuming from {report.resumed_from}" if report.resumed_from else "no complete checkpoint"]
     said.append(f"{report.count} complete in {report.root}")
     if report.pruned:
         said.append(f"{report.pruned} removed by retention")
+    if report.downloaded:
+        said.append(f"{report.downloaded} restored from the S3 mirror")
+    if report.mirrored:
+        said.append(f"{report.mirrored} uploaded to the S3 mirror")
     return "; ".join(said + list(report.problems))
 
 
@@ -226,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--checkpoints", help="the job's checkpoint root: choose what to resume from")
     prepare.add_argument("--attempt", type=_non_negative, default=0, help="the whole-job restart number")
     prepare.add_argument("--keep", type=_positive, default=None, help="retention: complete checkpoints kept")
+    prepare.add_argument("--s3", help="the checkpoints' S3 mirror: s3://bucket/prefix/")
     return parser
 
 

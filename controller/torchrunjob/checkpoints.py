@@ -46,6 +46,8 @@ def _status_of(report: CheckpointReport) -> CheckpointStatus:
         count=report.count,
         resumed_from=report.resumed_from,
         pruned=report.pruned,
+        downloaded=report.downloaded,
+        mirrored=report.mirrored,
         problems=report.problems[:MAX_PROBLEMS],
     )
 

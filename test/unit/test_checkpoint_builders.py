@@ -56,3 +56,13 @@ def test_with_checkpoints_prepare_chooses_from_the_volume_and_rank_0_prunes() ->
 def test_without_keep_nothing_is_pruned() -> None:
     q = queue(storage={"checkpoints": {"enabled": True}})
     assert prepare_args(worker(job(), q))["keep"] is None
+
+
+def test_an_s3_mirror_gives_prepare_the_uri_and_the_secrets_variables() -> None:
+    mirror = {"uri": "s3://bucket/ckpt/", "secret": "s3-creds"}
+    q = queue(storage={"checkpoints": {"enabled": True, "s3": mirror}})
+    manifest = worker(job(), q)
+    assert prepare_args(manifest)["s3"] == "s3://bucket/ckpt/"
+    prepare = manifest["spec"]["template"]["spec"]["initContainers"][0]
+    assert prepare["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert "envFrom" not in manifest["spec"]["template"]["spec"]["containers"][0]  # the ranks never see it

@@ -104,7 +104,7 @@ class Fetched:
 def download(dest: Path, uri: S3Uri, limits: Limits, env: Mapping[str, str]) -> Fetched:
     """Fill the empty directory `dest` from `uri` (see the module docstring)."""
     client = make_client(env)
-    with _store_errors(uri, env):
+    with store_errors(uri, env):
         if uri.is_prefix:
             return Fetched(_Prefix(client, uri, dest, limits).fetch(), None)
         body = client.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
@@ -148,7 +148,7 @@ def make_client(env: Mapping[str, str]) -> Any:
 
 
 @contextmanager
-def _store_errors(uri: S3Uri, env: Mapping[str, str]) -> Iterator[None]:
+def store_errors(uri: S3Uri, env: Mapping[str, str]) -> Iterator[None]:
     """Turns boto3's exceptions into one-line `S3FetchFailed` errors that name the URI; the
     volume's (OSError) and ours (SyncError) pass through."""
     try:

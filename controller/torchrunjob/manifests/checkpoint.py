@@ -6,9 +6,10 @@
   expected); with the queue's checkpoints volume, `TORCHRUN_CHECKPOINT_DIR` (its mount path: the
   claim is the job's own, so the job's root is the whole volume);
 - what the `prepare` init container needs to choose the checkpoint to resume from (`tools.py`):
-  `--checkpoints <root> --attempt <restart>` and `--keep N` (`storage.checkpoints.keep`), the
-  checkpoints volume mounted at the same path, and `TORCHRUN_NODE_RANK` from the completion index
-  (rank 0 prunes and reports);
+  `--checkpoints <root> --attempt <restart>`, `--keep N` (`storage.checkpoints.keep`) and
+  `--s3 URI` (`storage.checkpoints.s3`, its Secret as `envFrom`), the checkpoints volume mounted
+  at the same path, and `TORCHRUN_NODE_RANK` from the completion index (rank 0 prunes, mirrors
+  and reports);
 - the pod's `terminationGracePeriodSeconds`: the queue's (default 120), the time between SIGTERM
   and SIGKILL whenever the controller stops pods on purpose.
 `TORCHRUN_RESUME_FROM` is not here: it is decided at each start, in the pod (`/opt/torchrun/env`).
@@ -49,9 +50,15 @@ def worker_checkpoint(job: TorchrunJob, queue: TorchrunQueue, *, restart: int) -
         args = ["--checkpoints", cp.mount_path, "--attempt", str(restart)]
         if cp.keep is not None:
             args += ["--keep", str(cp.keep)]
+        env_from: list[dict[str, Any]] = []
+        if cp.s3 is not None:
+            args += ["--s3", cp.s3.uri]
+            if cp.s3.secret:
+                env_from.append({"secretRef": {"name": cp.s3.secret}})
         prepare = PrepareInputs(
             args=args,
             env=[node_rank_env("TORCHRUN_NODE_RANK")],
             mounts=[{"name": CHECKPOINTS_VOLUME, "mountPath": cp.mount_path}],
+            env_from=env_from,
         )
     return WorkerCheckpoint(env, prepare, queue.spec.termination_grace_period_seconds)

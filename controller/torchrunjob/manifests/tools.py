@@ -36,6 +36,7 @@ class PrepareInputs:
     args: list[str] = field(default_factory=list)
     env: list[dict[str, Any]] = field(default_factory=list)
     mounts: list[dict[str, Any]] = field(default_factory=list)
+    env_from: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def worker_tools(queue: TorchrunQueue, *, image: str, inputs: PrepareInputs | No
     }
     if inputs.env:
         prepare["env"] = list(inputs.env)
+    if inputs.env_from:
+        prepare["envFrom"] = list(inputs.env_from)
     return WorkerTools(
         volume={"name": TOOLS_VOLUME, "emptyDir": {}},
         mount={"name": TOOLS_VOLUME, "mountPath": TOOLS_DIR, "readOnly": True},
