@@ -1,0 +1,355 @@
+"""Progress reports on the control plane, pushed as the reporter sidecar pushes them: a token
+minted by the API server (TokenRequest) for a kwok worker pod, POSTed to the controller's HTTPS
+endpoint. Two controller processes with leader election share one namespace: the leader accepts
+and writes, the standby answers 503 and writes nothing (the audit log says so).
+
+Proven here: a report becomes status.progress and Progressing; reports that prove nothing — no
+token, a token for another audience, a token not bound to a pod, a pod of job B reporting for job
+A, a user's pod carrying job A's label — are refused and change nothing; a job whose ranks fall
+silent is Stalled after its stallTimeoutSeconds and, with onStall Restart, restarted once (a
+Warning Event); and 50 reporting jobs cost at most one status write per job per --progress-period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import audit
+import pytest
+from jobs import make_job, queue_manifest
+from testbed import Cluster, condition, controller_program, wait_until
+
+from controller.rest import RESTClient, load_config
+
+PERIOD = 3.0  # --progress-period of both replicas
+AUDIENCE = "torchrun-controller"
+
+
+class Replica(NamedTuple):
+    identity: str
+    url: str
+
+
+class Bed(NamedTuple):
+    namespace: str
+    queue: str
+    leader: Replica
+    standby: Replica
+    rest: RESTClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    """A namespace, a queue whose kwok workers run until stopped, and two controller replicas
+    (replica-a leads: it is started first and holds the Lease before replica-b starts)."""
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", ns)
+    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}))
+    logs = tmp_path_factory.mktemp("progress")
+    with contextlib.ExitStack() as stack:
+        leader = stack.enter_context(_replica(cluster, ns, logs, "replica-a"))
+        wait_until(
+            lambda: (
+                cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
+                == "replica-a"
+            ),
+            30,
+            message="replica-a to lead",
+        )
+        standby = stack.enter_context(_replica(cluster, ns, logs, "replica-b"))
+        wait_until(lambda: _answers(standby.url), 30, message="replica-b to serve its endpoint")
+        yield Bed(ns, queue, leader, standby, RESTClient(load_config(str(cluster.kubeconfig))))
+    cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
+    cluster.delete_namespace(ns)
+
+
+@contextlib.contextmanager
+def _replica(cluster: Cluster, ns: str, logs: Path, identity: str) -> Iterator[Replica]:
+    """One controller process with leader election and the progress endpoint on a free port."""
+    port = free_port()
+    flags = (
+        "--leader-elect",
+        f"--leader-elect-namespace={ns}",
+        f"--leader-elect-identity={identity}",
+        f"--progress-bind-address=127.0.0.1:{port}",
+        f"--progress-period={PERIOD}",
+    )
+    with controller_program(cluster.kubeconfig, ns, logs / f"{identity}.log", *flags):
+        yield Replica(identity, f"https://127.0.0.1:{port}/v1/progress")
+
+
+def _answers(url: str) -> bool:
+    try:
+        post(url, None, {})
+    except OSError:
+        return False
+    return True
+
+
+def post(url: str, token: str | None, body: dict[str, Any]) -> tuple[int, str]:
+    """POST a report as the reporter does (the test bed's endpoint is self-signed: not verified)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())["message"]
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())["message"]
+
+
+def token(bed: Bed, pod: dict[str, Any] | None, audience: str = AUDIENCE) -> str:
+    """A token of the pod's service account, bound to the pod (TokenRequest: what the kubelet
+    projects into the sidecar); without a pod, bound to nothing."""
+    spec: dict[str, Any] = {"audiences": [audience], "expirationSeconds": 600}
+    sa = "default"
+    if pod is not None:
+        meta = pod["metadata"]
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
+        sa = pod["spec"].get("serviceAccountName") or "default"
+    path = f"/api/v1/namespaces/{bed.namespace}/serviceaccounts/{sa}/token"
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    answer = bed.rest.request("create", "POST", path, "serviceaccounts/token", body=body)
+    return str(answer["status"]["token"])
+
+
+def report(job: str, step: int, total: int = 100, age: float = 0.0) -> dict[str, Any]:
+    return {
+        "job": job,
+        "record": {"step": step, "total_steps": total, "loss": 1.5},
+        "secondsSinceChange": age,
+    }
+
+
+def worker_pod(cluster: Cluster, ns: str, job: str, index: int = 0) -> dict[str, Any]:
+    """The running worker pod of `job`'s node `index` (waits for it)."""
+
+    def running() -> dict[str, Any] | None:
+        selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
+        for pod in cluster.get("pods", "-n", ns, "-l", selector)["items"]:
+            index_of = pod["metadata"].get("annotations", {}).get("batch.kubernetes.io/job-completion-index")
+            if (
+                index_of == str(index)
+                and pod["status"].get("phase") == "Running"
+                and not pod["metadata"].get("deletionTimestamp")
+            ):
+                return dict(pod)
+        return None
+
+    found: dict[str, Any] = wait_until(running, 60, message=f"{job}'s worker {index} running")
+    return found
+
+
+def job_status(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    return dict(cluster.get("torchrunjob", job, "-n", ns).get("status") or {})
+
+
+def test_a_report_becomes_status_progress_and_the_standby_accepts_none(cluster: Cluster, bed: Bed) -> None:
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "alpha", numNodes=1)
+    pod = worker_pod(cluster, ns, "alpha")
+    tok = token(bed, pod)
+    assert post(bed.standby.url, tok, report("alpha", 42)) == (
+        503,
+        "not the leader (or its caches are not synced yet): retry",
+    )
+    assert post(bed.leader.url, tok, report("alpha", 42)) == (200, "ok")
+    status = wait_until(
+        lambda: (s := job_status(cluster, ns, "alpha")).get("progress") and s, 20, message="status.progress"
+    )
+    progress = status["progress"]
+    assert (progress["step"], progress["totalSteps"], progress["percent"], progress["summary"]) == (
+        42,
+        100,
+        42,
+        "42%",
+    )
+    assert progress["metrics"] == {"loss": 1.5} and progress["rank"] == 0
+    cond = condition(cluster.get("torchrunjob", "alpha", "-n", ns), "Progressing")
+    assert cond is not None and (cond["status"], cond["reason"]) == ("True", "Reporting")
+    printed = cluster.kubectl("get", "tj", "alpha", "-n", ns).stdout
+    assert "PROGRESS" in printed and "42%" in printed
+
+
+def test_reports_that_prove_nothing_are_refused(cluster: Cluster, bed: Bed) -> None:
+    ns, url = bed.namespace, bed.leader.url
+    make_job(cluster, ns, bed.queue, "job-a", numNodes=1)
+    make_job(cluster, ns, bed.queue, "job-b", numNodes=1)
+    pod_a, pod_b = worker_pod(cluster, ns, "job-a"), worker_pod(cluster, ns, "job-b")
+    # a user's pod that carries job A's label: the label never makes a pod ours
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "impostor",
+                "labels": {"torchrun-job-name": "job-a", "torchrun.ai/role": "worker"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "nodeSelector": {"none": "none"}},
+        },
+        ns,
+    )
+    impostor = wait_until(lambda: cluster.get("pod", "impostor", "-n", ns), 10, message="impostor pod")
+    cases = {
+        "a pod of job B for job A": (token(bed, pod_b), 403, "belongs to TorchrunJob job-b, not job-a"),
+        "no token": (None, 401, "no bearer token"),
+        "a token for another audience": (
+            token(bed, pod_a, audience="https://kubernetes.default.svc"),
+            401,
+            "",
+        ),
+        "a token bound to no pod": (token(bed, None), 403, "not bound to a pod"),
+        "a user's pod with the job's label": (token(bed, impostor), 403, "not controlled by a worker Job"),
+        "a forged token": ("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtZSJ9.c2ln", 401, "token not accepted"),
+    }
+    answers = {case: post(url, tok, report("job-a", 99)) for case, (tok, _, _) in cases.items()}
+    for case, (_, code, says) in cases.items():
+        assert answers[case][0] == code and says in answers[case][1], (case, answers[case])
+    # nothing was kept: the job's own pod reporting now is the first and only progress it shows
+    assert post(url, token(bed, pod_a), report("job-a", 7)) == (200, "ok")
+    progress = wait_until(lambda: job_status(cluster, ns, "job-a").get("progress"), 20, message="progress")
+    assert progress["step"] == 7
+    assert "progress" not in job_status(cluster, ns, "job-b")
+
+
+def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Cluster, bed: Bed) -> None:
+    ns = bed.namespace
+    make_job(
+        cluster,
+        ns,
+        bed.queue,
+        "hung",
+        numNodes=2,
+        progress={"stallTimeoutSeconds": 10, "onStall": "Restart"},
+        failurePolicy={"maxRestarts": 1},
+    )
+    pods = [worker_pod(cluster, ns, "hung", i) for i in (0, 1)]
+    for pod in pods:
+        assert post(bed.leader.url, token(bed, pod), report("hung", 5, age=2))[0] == 200
+    reported = time.monotonic()
+
+    def restarted() -> dict[str, Any] | None:
+        obj = cluster.get("torchrunjob", "hung", "-n", ns)
+        return obj if obj.get("status", {}).get("restarts") == 1 else None
+
+    obj = wait_until(restarted, 10 + 2 * PERIOD + 15, message="the stalled job restarted")
+    took = time.monotonic() - reported
+    stalled = condition(obj, "Progressing")
+    assert stalled is not None and (stalled["status"], stalled["reason"]) == ("False", "Stalled")
+    assert "step 5" in stalled["message"] and "silent: rank 0, rank 1" in stalled["message"]
+    assert took >= 10 - 2 - 1, f"restarted {took:.1f}s after the last report: before the timeout"
+
+    def said(reason: str, words: str) -> bool:
+        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=hung")["items"]
+        return any(e["reason"] == reason and e["type"] == "Warning" and words in e["message"] for e in events)
+
+    wait_until(lambda: said("Stalled", "silent: rank 0, rank 1"), 10, message="the Stalled Warning")
+    wait_until(lambda: said("Restarting", "after: Stalled:"), 10, message="the restart, saying why")
+    # the new attempt reports: Progressing again, the restart counted once
+    fresh = worker_pod(cluster, ns, "hung", 0)
+    assert fresh["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
+    assert post(bed.leader.url, token(bed, fresh), report("hung", 1))[0] == 200
+    wait_until(
+        lambda: (
+            (condition(cluster.get("torchrunjob", "hung", "-n", ns), "Progressing") or {}).get("status")
+            == "True"
+        ),
+        20,
+        message="Progressing again",
+    )
+    assert job_status(cluster, ns, "hung")["restarts"] == 1
+
+
+def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
+    cluster: Cluster, bed: Bed, record_property: Any
+) -> None:
+    """Each of 50 one-node jobs reports a new step every second for 12 s: the leader writes each
+    job's status at most once per --progress-period (3 s) in that window (by the audit log: every
+    write the API server received), ends at the last step sent, and then writes nothing more; the
+    standby wrote nothing all along (this module's whole run)."""
+    ns = bed.namespace
+    names = [f"many-{i:02d}" for i in range(50)]
+    for name in names:
+        make_job(cluster, ns, bed.queue, name, numNodes=1)
+    tokens = {name: token(bed, worker_pod(cluster, ns, name)) for name in names}
+    wait_until(
+        lambda: all(
+            (condition(j, "Running") or {}).get("status") == "True"
+            for j in cluster.get("torchrunjobs", "-n", ns)["items"]
+            if j["metadata"]["name"] in tokens
+        ),
+        60,
+        message="all 50 running",
+    )
+    time.sleep(PERIOD)  # the Running writes are behind us
+    started = datetime.now().astimezone()
+    window = 12
+    for second in range(window):
+        tick = time.monotonic()
+        for name in names:
+            assert post(bed.leader.url, tokens[name], report(name, second + 1))[0] == 200
+        time.sleep(max(0.0, 1 - (time.monotonic() - tick)))
+    stopped = datetime.now().astimezone()
+    wait_until(
+        lambda: all(
+            (j.get("status", {}).get("progress") or {}).get("step") == window
+            for j in cluster.get("torchrunjobs", "-n", ns)["items"]
+            if j["metadata"]["name"] in tokens
+        ),
+        2 * PERIOD + 10,
+        message="every job at the last step",
+    )
+    settled = datetime.now().astimezone()
+    time.sleep(2 * PERIOD)  # quiet: nothing changed, so nothing is written
+    audit.flush(cluster, ns)
+    writes = [
+        e
+        for e in audit.events(cluster, ns)
+        if audit.ref(e).get("resource") == "torchrunjobs"
+        and audit.ref(e).get("subresource") == "status"
+        and e.get("verb") in ("update", "patch")
+        and e.get("stage") == "ResponseComplete"
+        and str(e.get("userAgent", "")).startswith("torchrun-controller")
+        and audit.ref(e).get("name") in tokens
+    ]
+    during = Counter(audit.ref(e)["name"] for e in writes if started <= audit.received(e) <= stopped)
+    elapsed = (stopped - started).total_seconds()
+    bound = int(elapsed // PERIOD) + 1
+    assert max(during[n] for n in names) <= bound, (bound, during)
+    assert sum(during.values()) >= len(names) * 2, f"progress was hardly written: {during}"
+    late = [audit.ref(e)["name"] for e in writes if audit.received(e) > settled]
+    assert late == [], f"written with nothing new to say: {late}"
+    standby = [
+        e
+        for e in audit.events(cluster, bed.standby.identity)
+        if e.get("userAgent", "").endswith(f"/{bed.standby.identity}")
+        and e.get("verb") not in ("get", "list", "watch")
+    ]
+    assert standby == [], standby
+    record_property(
+        "note",
+        f"50 jobs × {window} reports in {elapsed:.1f}s: at most {max(during.values())} status writes per job "
+        f"(bound {bound}, period {PERIOD:g}s), {sum(during.values())} in all; the standby wrote nothing",
+    )
