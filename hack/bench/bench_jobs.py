@@ -12,57 +12,20 @@ throughput as a ratio of it (target ≥ 0.8).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import REPO, control_plane, free_port, percentile, rss_kib, table
+from burst import Arrivals, bench_queue, plain_maker, submit, torchrunjob, wait_pods_running
+from common import REPO, control_plane, install_crds, percentile, rss_kib, table
+from controllers import start_torchrun_controller, stop
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.rest import RESTClient, load_config
-from controller.rest.resources import JOBS, NAMESPACES, PODS, SERVICES
+from controller.rest.resources import JOBS, NAMESPACES, PODS
 
 WRITE_VERBS = ("create", "update", "update/status", "patch", "patch/status", "delete")
-
-
-class Arrivals:
-    """Client-side arrival time of each object's first watch event."""
-
-    instances: list[Arrivals] = []
-
-    def __init__(self, rest: RESTClient, resource: Any, ns: str) -> None:
-        Arrivals.instances.append(self)
-        self.times: dict[str, float] = {}
-        self.running: set[str] = set()
-        self._stop = threading.Event()
-        self._rest, self._res, self._ns = rest, resource, ns
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._watch()
-        except Exception:  # the control plane goes away at the end of the run
-            if not self._stop.is_set():
-                raise
-
-    def _watch(self) -> None:
-        rv = self._rest.list(self._res, self._ns, limit=1)["metadata"]["resourceVersion"]
-        while not self._stop.is_set():
-            for ev in self._rest.watch(self._res, self._ns, resource_version=rv, timeout_seconds=600):
-                meta = ev.object.get("metadata") or {}
-                rv = meta.get("resourceVersion", rv)
-                name = meta.get("name", "")
-                self.times.setdefault(name, time.perf_counter())
-                if self._res is PODS and (ev.object.get("status") or {}).get("phase") == "Running":
-                    self.running.add(name)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def writes(metrics_port: int) -> float:
@@ -89,98 +52,29 @@ def wait_settled(port: int, quiet: float = 10.0, timeout: float = 600) -> float:
     return last
 
 
-def submit(rest: RESTClient, ns: str, make: Any, n: int, workers: int = 16) -> dict[str, float]:
-    sent: dict[str, float] = {}
-
-    def one(i: int) -> None:
-        name = f"j{i:04d}"
-        t = time.perf_counter()
-        make(name)
-        sent[name] = t
-
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(one, range(n)))
-    return sent
-
-
-def wait_pods_running(arrivals: Arrivals, want: int, timeout: float = 1800) -> float:
-    deadline = time.perf_counter() + timeout
-    while len(arrivals.running) < want:
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"only {len(arrivals.running)}/{want} pods Running")
-        time.sleep(0.2)
-    return time.perf_counter()
-
-
 def run_controller(kubeconfig: Path, rest: RESTClient, n: int, threadiness: int) -> dict[str, Any]:
     ns = "bench-ctl"
     rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    rest.create(
-        TORCHRUNQUEUES,
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunQueue",
-            "metadata": {"name": "bench"},
-            "spec": {"nodeResources": {"gpus": 0}, "image": "pytorch/pytorch:2.4.0"},
-        },
-    )
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "controller.cmd.main",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            ns,
-            "--threadiness",
-            str(threadiness),
-            "--kube-api-qps",
-            "500",
-            "--kube-api-burst",
-            "1000",
-            "--resync-period",
-            "20",
-            "--metrics-addr",
-            f"127.0.0.1:{port}",
-            "--health-addr",
-            f"127.0.0.1:{free_port()}",
-            "--log-level",
-            "warning",
-        ],
-        cwd=REPO,
+    rest.create(TORCHRUNQUEUES, bench_queue())
+    proc, port = start_torchrun_controller(
+        kubeconfig, ns, threadiness=threadiness, qps=500, burst=1000, extra=("--resync-period", "20")
     )
     try:
-        time.sleep(3)
         jobs_seen = Arrivals(rest, JOBS, ns)
         pods = Arrivals(rest, PODS, ns)
-        time.sleep(1)
 
         def make(name: str) -> None:
-            rest.create(
-                TORCHRUNJOBS,
-                {
-                    "apiVersion": "torchrun.ai/v1alpha1",
-                    "kind": "TorchrunJob",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "jobQueue": "bench",
-                        "numNodes": 2,
-                        "command": "python train.py",
-                        "workspace": {"source": "none"},
-                    },
-                },
-                ns,
-            )
+            rest.create(TORCHRUNJOBS, torchrunjob(name), ns)
 
-        sent = submit(rest, ns, make, n)
+        sent = submit(make, n)
         start = min(sent.values())
         end = wait_pods_running(pods, 2 * n)
         latencies = [jobs_seen.times[k] - sent[k] for k in sent if k in jobs_seen.times]
         settled = wait_settled(port)
         time.sleep(25)  # > one resync period (20 s) with nothing changing
         idle = writes(port) - settled
+        jobs_seen.stop()
+        pods.stop()
         return {
             "jobs_per_s": n / (end - start),
             "p50": percentile(latencies, 50),
@@ -190,53 +84,16 @@ def run_controller(kubeconfig: Path, rest: RESTClient, n: int, threadiness: int)
             "peak_rss_mib": rss_kib(proc.pid, "VmHWM") / 1024,
         }
     finally:
-        proc.terminate()
-        proc.wait(60)
+        stop(proc)
 
 
 def run_baseline(rest: RESTClient, n: int) -> float:
     ns = "bench-plain"
     rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    time.sleep(1)
     pods = Arrivals(rest, PODS, ns)
-    time.sleep(1)
-
-    def make(name: str) -> None:
-        rest.create(
-            SERVICES,
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name},
-                "spec": {"clusterIP": "None", "selector": {"j": name}, "ports": [{"port": 29400}]},
-            },
-            ns,
-        )
-        rest.create(
-            JOBS,
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": name},
-                "spec": {
-                    "completionMode": "Indexed",
-                    "completions": 2,
-                    "parallelism": 2,
-                    "template": {
-                        "metadata": {"labels": {"j": name}},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "subdomain": name,
-                            "containers": [{"name": "torchrun", "image": "pytorch/pytorch:2.4.0"}],
-                        },
-                    },
-                },
-            },
-            ns,
-        )
-
-    sent = submit(rest, ns, make, n)
+    sent = submit(plain_maker(rest, ns), n)
     end = wait_pods_running(pods, 2 * n)
+    pods.stop()
     return n / (end - min(sent.values()))
 
 
@@ -246,38 +103,10 @@ def main() -> None:
     ap.add_argument("--threadiness", type=int, default=4)
     args = ap.parse_args()
     with control_plane(nodes=4, pods_per_node=2 * args.jobs) as kubeconfig:
-        kubectl = Path.home() / ".cache/torchrun-controller/bin/kube-v1.34.4/kubectl"
-        subprocess.run(
-            [
-                str(kubectl),
-                "--kubeconfig",
-                str(kubeconfig),
-                "apply",
-                "--server-side",
-                "-f",
-                str(REPO / "crd"),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        subprocess.run(
-            [
-                str(kubectl),
-                "--kubeconfig",
-                str(kubeconfig),
-                "wait",
-                "--for=condition=Established",
-                "crd",
-                "--all",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        install_crds(kubeconfig, REPO / "crd")
         rest = RESTClient(load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32)
         baseline = run_baseline(rest, args.jobs)
         ours = run_controller(kubeconfig, rest, args.jobs, args.threadiness)
-        for arrivals in Arrivals.instances:
-            arrivals.stop()
     print(
         table(
             ["metric", "value"],

@@ -1,0 +1,82 @@
+"""Counting at the API server: the test bed's audit log (hack/controlplane.sh runs kube-apiserver with
+`--audit-log-path $RUN_DIR/audit.log`, JSON lines, Metadata level, every write of every user, in
+blocking mode: a write's event is on disk before its response is sent).
+
+A `Window` reads the events logged after it was opened, in one namespace: who wrote (user agent)
+and how long the server took for each request (`stageTimestamp - requestReceivedTimestamp`, both
+the server's). Writes are create, update, patch, delete and deletecollection, failed ones
+included: a refused request costs the server too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def _when(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+class Window:
+    """The audit events of namespace `ns` from now on (the log's size when opened is the start)."""
+
+    def __init__(self, run_dir: Path, ns: str) -> None:
+        self.path = run_dir / "audit.log"
+        self.ns = ns
+        self.start = self.path.stat().st_size if self.path.exists() else 0
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every complete event of the namespace logged since the window opened."""
+        needle = f'"namespace":"{self.ns}"'
+        out = []
+        with self.path.open() as f:
+            f.seek(self.start)
+            for line in f:
+                if needle in line and line.endswith("\n"):
+                    event = json.loads(line)
+                    if (event.get("objectRef") or {}).get("namespace") == self.ns:
+                        out.append(event)
+        return out
+
+    def writes(self) -> list[dict[str, Any]]:
+        done = (e for e in self.events() if e.get("stage") == "ResponseComplete")
+        return [e for e in done if e.get("verb") in WRITE_VERBS]
+
+    def wait_quiet(self, quiet: float = 10.0, timeout: float = 600) -> list[dict[str, Any]]:
+        """The namespace's writes once none has come for `quiet` seconds (raises after `timeout`)."""
+        deadline = time.monotonic() + timeout
+        last = self.writes()
+        since = time.monotonic()
+        while time.monotonic() - since < quiet:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"namespace {self.ns} never went quiet")
+            time.sleep(1)
+            now = self.writes()
+            if len(now) != len(last):
+                last, since = now, time.monotonic()
+        return last
+
+
+def by_agent(writes: list[dict[str, Any]]) -> Counter[str]:
+    """Writes per writer: the user agent's program (before the first `/`) and, for
+    kube-controller-manager's per-controller service accounts, the controller's name."""
+    out: Counter[str] = Counter()
+    for e in writes:
+        agent = str(e.get("userAgent", "?")).split("/", 1)[0]
+        user = e.get("user", {}).get("username", "")
+        if user.startswith("system:serviceaccount:kube-system:"):
+            agent += ":" + user.rsplit(":", 1)[1]
+        out[agent] += 1
+    return out
+
+
+def server_seconds(event: dict[str, Any]) -> float:
+    """How long the API server took to answer the request."""
+    return _when(event["stageTimestamp"]) - _when(event["requestReceivedTimestamp"])

@@ -1,0 +1,308 @@
+"""This controller side by side with Kubeflow's training-operator, on one control plane, in one run.
+
+W1 (burst): N two-node jobs submitted at once → all 2N pods Running, for each of
+- training-operator v1.9.3 (hack/testbed/build-training-operator.sh): a PyTorchJob of 1 master +
+  1 worker, pods and Services created by the operator itself;
+- torchrun-controller (this checkout): a TorchrunJob of 2 nodes, through an Indexed Job whose pods
+  kube-controller-manager's Job controller creates;
+- the ceiling of the Indexed-Job design: a bare client creating the same Indexed Jobs + headless
+  Services, no controller;
+at kube-controller-manager's default client rate (QPS 20 / burst 30) and at a production one
+(100 / 200), the same nodes, both controllers at client QPS 50 / burst 100 with 4 workers. Each
+runs in a namespace of its own, alone: the namespace before it is deleted (and gone) first.
+
+Reported: jobs/s (first submit → last pod Running) and its ratio to training-operator's and to the
+ceiling's at the same setting; how long the N creates took (16 client threads, while the
+controller already works); per job, submit → first pod and submit → all pods Running (p50 / p99);
+writes at the API server from its audit log per job: the subject's own (by user agent) and every
+write in the namespace, the submits included, but not the test bed node agent's (a kwok `Logs`
+per worker pod of ours: no real cluster makes it); peak RSS and CPU seconds of the controller
+process (from submit to quiet) and the CPU seconds kube-controller-manager spent meanwhile.
+Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
+variants) against N PyTorchJobs, before any workload.
+
+    python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import admission
+from auditlog import Window, by_agent
+from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
+from common import (
+    KCM_DEFAULT,
+    KCM_PRODUCTION,
+    REPO,
+    control_plane,
+    cpu_seconds,
+    install_crds,
+    kubectl,
+    percentile,
+    restart_kube_controller_manager,
+    rss_kib,
+    table,
+)
+from controllers import (
+    PYTORCHJOBS,
+    TORCHRUN_USER_AGENT,
+    TRAINING_OPERATOR_USER_AGENT,
+    build_training_operator,
+    prepare_training_operator,
+    pytorchjob,
+    start_torchrun_controller,
+    start_training_operator,
+    stop,
+)
+
+from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
+from controller.rest import RESTClient, load_config
+from controller.rest.resources import JOBS, NAMESPACES, PODS
+
+BENCH_USER_AGENT = "torchrun-bench"
+# the test bed's stand-in for a kubelet (hack/testbed/nodeagent) writes a kwok `Logs` object for each
+# of our worker pods, so `kubectl logs` has lines to show; no real cluster has that write
+TESTBED_AGENTS = frozenset({"testbed-node-agent"})
+
+
+@dataclass
+class Setup:
+    """What every subject of a run shares: the control plane, the bench's client, the knobs."""
+
+    kubeconfig: Path
+    rest: RESTClient
+    to_home: Path
+    jobs: int
+    threads: int
+    qps: int
+    burst: int
+
+
+@dataclass
+class Subject:
+    """One way of running the burst: its name, the user agent its writes carry, how to start its
+    controller for a namespace (None: no controller), how to submit one job."""
+
+    name: str
+    agent: str
+    start: Callable[[Setup, str], Any] | None
+    make: Callable[[Setup, str], Callable[[str], None]]
+
+
+def _start_training_operator(s: Setup, ns: str) -> Any:
+    log = s.kubeconfig.parent / "logs" / f"training-operator-{ns}.log"
+    return start_training_operator(
+        s.kubeconfig, s.rest, s.to_home, ns, threads=s.threads, qps=s.qps, burst=s.burst, log=log
+    )
+
+
+def _start_torchrun(s: Setup, ns: str) -> Any:
+    log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
+    proc, _ = start_torchrun_controller(
+        s.kubeconfig, ns, threadiness=s.threads, qps=s.qps, burst=s.burst, log=log
+    )
+    return proc
+
+
+def _make_pytorchjob(s: Setup, ns: str) -> Callable[[str], None]:
+    def make(name: str) -> None:
+        s.rest.create(PYTORCHJOBS, pytorchjob(name), ns)
+
+    return make
+
+
+def _make_torchrunjob(s: Setup, ns: str) -> Callable[[str], None]:
+    def make(name: str) -> None:
+        s.rest.create(TORCHRUNJOBS, torchrunjob(name), ns)
+
+    return make
+
+
+SUBJECTS = (
+    Subject("training-operator", TRAINING_OPERATOR_USER_AGENT, _start_training_operator, _make_pytorchjob),
+    Subject("torchrun-controller", TORCHRUN_USER_AGENT, _start_torchrun, _make_torchrunjob),
+    Subject("ceiling (Jobs + Services)", BENCH_USER_AGENT, None, lambda s, ns: plain_maker(s.rest, ns)),
+)
+
+
+def _kcm_pid(kubeconfig: Path) -> int:
+    return int((kubeconfig.parent / "pids" / "kube-controller-manager.pid").read_text())
+
+
+def wait_job_controller(s: Setup, ns: str = "kcm-probe") -> None:
+    """Return once kube-controller-manager's Job controller creates pods (after a restart)."""
+    s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"}, "spec": {"template": {}}}
+    probe["spec"]["template"] = {
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+    }
+    s.rest.create(JOBS, probe, ns)
+    deadline = time.monotonic() + 120
+    while not s.rest.list(PODS, ns)["items"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("kube-controller-manager's Job controller created no pod in 120 s")
+        time.sleep(0.5)
+    kubectl(s.kubeconfig, "delete", "namespace", ns, "--timeout=600s")
+
+
+def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any]:
+    """W1 for one subject at one kube-controller-manager setting, in a fresh namespace deleted after."""
+    ns = f"w1-{subject.name.split()[0]}-{kcm[0]}"
+    s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    proc = subject.start(s, ns) if subject.start else None
+    try:
+        pods = Arrivals(s.rest, PODS, ns)
+        window = Window(s.kubeconfig.parent, ns)
+        kcm_pid = _kcm_pid(s.kubeconfig)
+        cpu0, kcm0 = (cpu_seconds(proc.pid) if proc else 0.0), cpu_seconds(kcm_pid)
+        sent = submit(subject.make(s, ns), s.jobs)
+        submitted = time.perf_counter()
+        end = wait_pods_running(pods, 2 * s.jobs)
+        writes = window.wait_quiet()
+        pods.stop()
+        first = per_job(pods.times, min)
+        running = per_job(pods.running, max)
+        agents = by_agent(writes)
+        own = sum(n for a, n in agents.items() if a.startswith(subject.agent.rstrip("/")))
+        cluster = sum(n for a, n in agents.items() if a not in TESTBED_AGENTS)
+        return {
+            "jobs_per_s": s.jobs / (end - min(sent.values())),
+            "submit_s": submitted - min(sent.values()),
+            "first_pod": [first[j] - sent[j] for j in sent],
+            "running": [running[j] - sent[j] for j in sent],
+            "own_writes": own / s.jobs,
+            "writes": cluster / s.jobs,
+            "agents": {a: n / s.jobs for a, n in agents.most_common()},
+            "rss_mib": rss_kib(proc.pid, "VmHWM") / 1024 if proc else None,
+            "cpu_s": cpu_seconds(proc.pid) - cpu0 if proc else None,
+            "kcm_cpu_s": cpu_seconds(kcm_pid) - kcm0,
+        }
+    finally:
+        if proc:
+            stop(proc)
+        kubectl(s.kubeconfig, "delete", "namespace", ns, "--timeout=900s")
+
+
+def _p50_p99(values: list[float]) -> str:
+    return f"{percentile(values, 50):.1f} / {percentile(values, 99):.1f}"
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def burst_table(results: dict[tuple[str, str], dict[str, Any]], settings: list[str]) -> str:
+    """One row per setting and subject; throughput as ratios to training-operator and the ceiling."""
+    rows = []
+    for setting in settings:
+        peer = results[(setting, SUBJECTS[0].name)]["jobs_per_s"]
+        ceiling = results[(setting, SUBJECTS[2].name)]["jobs_per_s"]
+        for subject in SUBJECTS:
+            r = results[(setting, subject.name)]
+            rows.append(
+                [
+                    setting,
+                    subject.name,
+                    f"{r['jobs_per_s']:.2f}",
+                    f"{r['jobs_per_s'] / peer:.2f}×",
+                    f"{r['jobs_per_s'] / ceiling:.2f}×",
+                    f"{r['submit_s']:.1f}",
+                    _p50_p99(r["first_pod"]),
+                    _p50_p99(r["running"]),
+                    f"{r['own_writes']:.1f}",
+                    f"{r['writes']:.1f}",
+                    _num(r["rss_mib"], ".0f"),
+                    _num(r["cpu_s"]),
+                    f"{r['kcm_cpu_s']:.1f}",
+                ]
+            )
+    headers = ["kcm client", "subject", "jobs/s", "÷ t-o", "÷ ceiling", "submit s", "→1st pod p50/p99 s"]
+    headers += ["→Running p50/p99 s", "own w/job", "all w/job", "RSS MiB", "CPU s", "kcm CPU s"]
+    return table(headers, rows)
+
+
+def writers_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """Writes per job in each namespace by writer (user agent; kube-controller-manager by controller)."""
+    rows = []
+    for (setting, subject), r in results.items():
+        rows.append([setting, subject, ", ".join(f"{a} {n:.1f}" for a, n in r["agents"].items())])
+    return table(["kcm client", "subject", "writes per job by writer"], rows)
+
+
+def admission_table(measured: dict[str, list[dict[str, float]]], n: int) -> str:
+    """kubectl create of N objects per subject: client seconds and the server's ms per create,
+    each as the median over the rounds, and as a ratio to the PyTorchJob's."""
+    wall = {k: statistics.median(r["wall"] for r in v) for k, v in measured.items()}
+    server = {k: statistics.median(r["server_p50"] for r in v) * 1000 for k, v in measured.items()}
+    ref = "PyTorchJob"
+    rows = [
+        [
+            k,
+            " / ".join(f"{r['wall']:.2f}" for r in measured[k]),
+            f"{wall[k] / wall[ref]:.2f}×",
+            f"{server[k]:.1f}",
+            f"{server[k] / server[ref]:.2f}×",
+        ]
+        for k in measured
+    ]
+    headers = [f"kubectl create of {n}", "seconds (each round)", "÷ PyTorchJob"]
+    return table([*headers, "server ms/create p50", "÷ PyTorchJob"], rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=4, help="workers of both controllers")
+    ap.add_argument("--qps", type=int, default=50, help="client QPS of both controllers")
+    ap.add_argument("--burst", type=int, default=100, help="client burst of both controllers")
+    ap.add_argument("--admission-rounds", type=int, default=2, help="0: no admission measurement")
+    ap.add_argument("--keep-audit", type=Path, help="copy the API server's audit log here at the end")
+    args = ap.parse_args()
+    to_home = build_training_operator()
+    settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
+        rest = RESTClient(
+            load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32, user_agent=BENCH_USER_AGENT
+        )
+        s = Setup(kubeconfig, rest, to_home, args.jobs, args.threads, args.qps, args.burst)
+        install_crds(kubeconfig, REPO / "crd")
+        rest.create(TORCHRUNQUEUES, bench_queue())
+        prepare_training_operator(kubeconfig, rest, to_home)
+        measured = {}
+        if args.admission_rounds:
+            versions = admission.install_variants(kubeconfig)
+            subjects = {"PyTorchJob": pytorchjob, **admission.torchrunjob_subjects(versions)}
+            measured = admission.measure(kubeconfig, args.jobs, subjects, args.admission_rounds)
+        results: dict[tuple[str, str], dict[str, Any]] = {}
+        for setting, kcm in settings.items():
+            if kcm != KCM_DEFAULT:
+                restart_kube_controller_manager(kubeconfig, kcm)
+                wait_job_controller(s)
+            for subject in SUBJECTS:
+                results[(setting, subject.name)] = run_burst(s, subject, kcm)
+                print(f"[{time.strftime('%H:%M:%S')}] {setting} {subject.name}: done", flush=True)
+        if args.keep_audit:
+            shutil.copyfile(kubeconfig.parent / "audit.log", args.keep_audit)
+    print(
+        f"\nW1 burst, {started}: {args.jobs} two-node jobs at once → all pods Running, 4 kwok nodes; "
+        f"controllers at client QPS {args.qps} / burst {args.burst}, {args.threads} workers\n"
+    )
+    print(burst_table(results, list(settings)))
+    print()
+    print(writers_table(results))
+    if measured:
+        print(f"\nadmission: kubectl create -f of {args.jobs} objects, no controller watching\n")
+        print(admission_table(measured, args.jobs))
+
+
+if __name__ == "__main__":
+    main()
