@@ -25,6 +25,7 @@ from controller.plugin.flags import EXIT_CODE, FlagError, Parser, at_least, pars
 from controller.plugin.hotreload import sync
 from controller.plugin.kube import Kube, load_target
 from controller.plugin.manifest import SubmitSpec, command_text, parse_env
+from controller.plugin.stack import stack_command
 from controller.plugin.submit import submit
 from controller.rest.errors import ApiError
 
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="send secret-looking files and trees over the size limit"
     )
     p.add_argument("--detach", action="store_true", help="return after the upload")
+    p = sub.add_parser("stack", parents=[common], help="py-spy dump of every rank's Python processes")
+    p.add_argument("name")
+    p.add_argument("--rank", type=at_least(0), help="only this node rank")
     for name, what in (
         ("suspend", "remove the pods, keep the job"),
         ("resume", "run a suspended job"),
@@ -134,6 +138,8 @@ def run(args: argparse.Namespace, console: Console, cwd: Path) -> int:
         return commands.logs_command(
             kube, console, args.name, args.rank, args.all, args.follow, args.previous
         )
+    if args.cmd == "stack":
+        return stack_command(kube, console, args.name, args.rank)
     if args.cmd == "sync":
         return sync(kube, args.name, cwd, console, force=args.force, detach=args.detach)
     if args.cmd in ("suspend", "resume"):

@@ -80,8 +80,20 @@ def failure_line(outcome: ExecOutcome) -> str:
 class _Exec:
     """One exec session: the websocket and what came back on each channel."""
 
-    def __init__(self, kube: Kube, pod: str, command: list[str]) -> None:
-        query = [("container", protocol.CONTAINER), ("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+    def __init__(
+        self,
+        kube: Kube,
+        pod: str,
+        command: list[str],
+        container: str = protocol.CONTAINER,
+        stdin: bool = True,
+    ) -> None:
+        query = [
+            ("container", container),
+            ("stdin", str(stdin).lower()),
+            ("stdout", "true"),
+            ("stderr", "true"),
+        ]
         query += [("command", word) for word in command]
         path = PODS.path(kube.namespace, pod, "exec") + "?" + urllib.parse.urlencode(query)
         url = kube.server.replace("https://", "wss://", 1).replace("http://", "ws://", 1) + path
@@ -124,6 +136,16 @@ def _send(session: _Exec, archive_path: Path, progress: Callable[[int], None]) -
             session.poll(timeout=0)
             if not session.ws.is_open():
                 return  # the command ended early: its status says why
+
+
+def run_command(kube: Kube, pod: str, container: str, command: list[str], timeout: float) -> ExecOutcome:
+    """Run `command` (no stdin) in `container` of `pod` and return its outcome once it ended or
+    `timeout` passed (then without an exit code)."""
+    session = _Exec(kube, pod, command, container, stdin=False)
+    _drain(session, time.monotonic() + timeout)
+    outcome = session.outcome()
+    session.ws.close()
+    return outcome
 
 
 def run_receive(

@@ -13,9 +13,10 @@ from typing import Any
 
 from controller.plugin.logs import rank_of
 from controller.plugin.objects import JSON, event_time
+from controller.plugin.progressbar import progress_line
 from controller.plugin.watch import phase
 
-LIST_COLUMNS = ("NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE")
+LIST_COLUMNS = ("NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE")
 EVENTS_SHOWN = 10
 
 
@@ -54,7 +55,8 @@ def job_rows(jobs: Sequence[JSON], now: datetime.datetime, with_namespace: bool 
         meta, status = job["metadata"], job.get("status") or {}
         nodes, gpus = _size(job)
         row = [meta["name"], job["spec"].get("jobQueue", ""), nodes, gpus, phase(job)]
-        row += [status.get("restarts", 0), age(meta.get("creationTimestamp"), now)]
+        progress = (status.get("progress") or {}).get("summary") or "-"
+        row += [status.get("restarts", 0), progress, age(meta.get("creationTimestamp"), now)]
         rows.append(([meta.get("namespace", "")] if with_namespace else []) + row)
     return table((("NAMESPACE",) if with_namespace else ()) + LIST_COLUMNS, rows)
 
@@ -122,6 +124,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
         f"Phase:      {phase(job)}    (restarts {(job.get('status') or {}).get('restarts', 0)})",
         f"Workspace:  {_workspace_line(job)}",
         *_checkpoint_lines(job),
+        *([f"Progress:   {line}"] if (line := progress_line(job, now)) else []),
         "",
         "Conditions:",
     ]

@@ -315,8 +315,8 @@ def test_list_and_status_read_like_kubectl() -> None:
         "Running", [admitted], nodes=2, gpus=16, restarts=1, workspaceGeneration=1, workspaceSha256="f" * 64
     )
     assert job_rows([running], NOW).splitlines() == [
-        "NAME   QUEUE  NODES  GPUS  PHASE    RESTARTS  AGE",
-        "train  q      2      16    Running  1         60m",
+        "NAME   QUEUE  NODES  GPUS  PHASE    RESTARTS  PROGRESS  AGE",
+        "train  q      2      16    Running  1         -         60m",
     ]
     pods = [
         pod(
@@ -342,6 +342,24 @@ def test_list_and_status_read_like_kubectl() -> None:
     assert "  Admitted  True    Admitted  queue q" in text
     assert "  train-0-abc  worker  0     gpu-node-0  Running  0" in text
     assert "  30s  Normal  Created  train   created Job train" in text
+
+
+def test_list_and_status_show_progress_with_a_bar_rate_eta_and_metrics() -> None:
+    progress = {
+        "step": 420, "totalSteps": 1000, "percent": 42, "summary": "42%", "samplesPerSecond": 812.5,
+        "eta": "2026-01-02T13:05:00Z", "metrics": {"loss": 1.84, "acc": 0.5}, "rank": 0,
+        "updateTime": "2026-01-02T11:59:50Z",
+    }  # fmt: skip
+    reporting = job("Running", [], progress=progress)
+    assert job_rows([reporting], NOW).splitlines()[1].split()[4:] == ["Running", "0", "42%", "60m"]
+    assert (
+        "Progress:   [########............] 42%  step 420/1000  812.5 samples/s  ETA 1h5m (13:05Z)  "
+        "acc=0.5  loss=1.84  (rank 0, 10s ago)"
+    ) in status_text(reporting, [], [], NOW)
+    stepping = job("Running", [], progress={"step": 7, "summary": "step 7"})
+    assert job_rows([stepping], NOW).splitlines()[1].split()[6] == "step"
+    assert "Progress:   step 7\n" in status_text(stepping, [], [], NOW)
+    assert "Progress:" not in status_text(job("Running", []), [], [], NOW)
 
 
 def test_status_shows_the_latest_checkpoint_and_what_this_attempt_resumed_from() -> None:
