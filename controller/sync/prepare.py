@@ -17,6 +17,7 @@ What `prepare_tools(target, env)` guarantees:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -41,7 +42,18 @@ def env_text(values: Mapping[str, str]) -> str:
 
 
 def prepare_tools(target: Path, env: Mapping[str, str], *, tools: Path = TOOLS) -> None:
-    """Copy `tools` into `target` and write `target/env` (module doc)."""
+    """Copy `tools` into `target` and write `target/env` (module doc). `target` itself is left as
+    it is (an emptyDir's mount point belongs to root: its mode and times are not ours to set);
+    files are written 0644 (0755 when executable), directories 0755."""
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(tools, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for source in sorted(tools.rglob("*")):
+        rel = source.relative_to(tools)
+        if "__pycache__" in rel.parts or source.suffix == ".pyc":
+            continue
+        dest = target / rel
+        if source.is_dir():
+            dest.mkdir(mode=0o755, exist_ok=True)
+        else:
+            shutil.copyfile(source, dest)
+            dest.chmod(0o755 if os.access(source, os.X_OK) else 0o644)
     write_atomic(target / ENV_FILE, env_text(env).encode("utf-8", "surrogateescape"))

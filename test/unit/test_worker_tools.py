@@ -7,6 +7,7 @@ what the program sees (its argv, its environment, its sys.path) is what torchrun
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,18 @@ def test_prepare_copies_the_tools_and_the_launch_exports_the_env_file(tmp_path: 
     assert seen["env"]["ODD"] == HOSTILE  # quoted, never run
     assert seen["env"]["PYTHONPATH"] == f"{target}/python:/image/lib"
     assert seen["path"][1:3] == [f"{target}/python", "/image/lib"]
+
+
+def test_prepare_leaves_the_mount_point_alone(tmp_path: Path) -> None:
+    """The emptyDir's mount point is root's: copying its stat onto it failed with EPERM as a
+    non-root user on the real node; its mode must stay whatever it was."""
+    target = tmp_path / "opt"
+    target.mkdir(mode=0o777)
+    target.chmod(0o1777)
+    prepare_tools(target, {})
+    assert stat.S_IMODE(target.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((target / "launch").stat().st_mode) in (0o644, 0o755)
+    assert stat.S_IMODE((target / "python").stat().st_mode) == 0o755
 
 
 def test_the_launch_works_without_an_env_file_or_a_pythonpath(tmp_path: Path) -> None:
