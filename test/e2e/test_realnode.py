@@ -212,6 +212,19 @@ def volume_dir(cluster: Cluster, ns: str, claim: str) -> Path:
     return Path(cluster.get("pv", pvc["spec"]["volumeName"])["spec"]["hostPath"]["path"])
 
 
+def diagnose(cluster: Cluster, ns: str, job: str) -> str:
+    """For a failing test's message: every pod of the job, its containers' states and logs."""
+    out = []
+    for pod in cluster.get("pods", "-n", ns, "-l", f"torchrun-job-name={job}")["items"]:
+        name, status = pod["metadata"]["name"], pod["status"]
+        states = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        out.append(f"== {name}: {json.dumps([(s['name'], s.get('state')) for s in states])}")
+        for c in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]:
+            got = cluster.kubectl("logs", "-n", ns, name, "-c", c["name"], check=False)
+            out.append(f"-- {c['name']}: {(got.stdout + got.stderr)[-1500:]}")
+    return "\n".join(out)
+
+
 def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
     real: RealNode, namespace: str, controller: Path, queue: str, tmp_path: Path
 ) -> None:
@@ -230,7 +243,7 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
         "mlp",
         "python train.py",
     )
-    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+    assert proc.returncode == 0, f"{proc.stderr}\n{diagnose(cluster, namespace, 'mlp')}"
     assert proc.stderr.strip().endswith("job mlp succeeded"), proc.stderr
 
     job = cluster.get("torchrunjob", "mlp", "-n", namespace)
@@ -398,9 +411,12 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
         cp = status().get("checkpoint") or {}
         return cp if (cp.get("attempt"), cp.get("resumedFrom")) == (attempt, path) else None
 
-    after_restart = wait_until(
-        lambda: resumed_at(1, "/checkpoints/step-8"), 300, interval=1, message="attempt 1 resumed from step-8"
-    )
+    try:
+        after_restart = wait_until(lambda: resumed_at(1, "/checkpoints/step-8"), 300, interval=1)
+    except AssertionError as e:
+        raise AssertionError(
+            f"attempt 1 did not resume from step-8: {status()}\n{diagnose(cluster, namespace, 'resume')}"
+        ) from e
     assert status()["restarts"] == 1
     assert (after_restart["step"], after_restart["count"], after_restart["pruned"]) == (
         8,
@@ -443,7 +459,7 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
         interval=1,
         message="done",
     )
-    assert final["phase"] == "Succeeded", final
+    assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, 'resume')}"
     assert final["restarts"] == 1 and final["checkpoint"]["resumedFrom"] == f"/checkpoints/step-{stopped}", (
         final
     )
