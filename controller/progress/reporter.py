@@ -12,8 +12,10 @@ each labelled with the node `rank`) and, when `TORCHRUN_PROGRESS_URL` is set, PO
 one (so a new leader learns how long ranks have been silent), with the projected token read
 again for every push (the kubelet rotates it). A 503 (a standby, or a leader still syncing) or a
 connection error is retried with doubling backoff up to `MAX_BACKOFF`; a refusal (401/403) is
-logged and retried at the heartbeat. It never exits on its own: a broken reporter must not take
-the pod down.
+logged and retried at the heartbeat. On SIGTERM (the training container ended and the kubelet
+stops the sidecar) it reads the file once more and pushes what was not accepted yet, so the
+controller sees the last step. It never exits on its own: a broken reporter must not take the
+pod down.
 
 `stack` (run by `kubectl torchrun stack` through exec) prints a py-spy dump of every Python
 process of the pod but itself, each line prefixed `[rank R pid P]` (R the process's `RANK`,
@@ -73,6 +75,14 @@ class Pusher:
         self.sent_change: float | None = None  # the change last accepted
         self.next_at = 0.0
         self.backoff = PUSH_MIN_SECONDS
+
+    def flush(self, latest: Latest, now: float) -> int | None:
+        """The pod stops: push what was not accepted yet, whatever the interval (one try)."""
+        record, changed = latest.get()
+        if record is None or changed == self.sent_change:
+            return None
+        self.next_at = 0.0
+        return self.tick(latest, now)
 
     def tick(self, latest: Latest, now: float) -> int | None:
         """Push if it is time; the HTTP status (0: no answer), or None when nothing was sent."""
@@ -193,6 +203,12 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
         if pusher is not None:
             pusher.tick(latest, now)
         stop.wait(POLL_SECONDS)
+    # stopping (the training container ended, the kubelet stops the sidecar): the last lines
+    record = tailer.poll()
+    if record is not None:
+        latest.set(record, time.monotonic())
+    if pusher is not None:
+        pusher.flush(latest, time.monotonic())
 
 
 def _log(message: str) -> None:

@@ -206,13 +206,14 @@ class TorchrunJobReconciler:
         if job.spec.suspend:
             return
         outcome = st.worker_outcome(attempt.job)
+        stalled = self.progress.observe(job, attempt.queue, attempt.job, p, final=outcome is not None)
         if outcome is None:
             seen = self.workers.retriable_failures(job, attempt.job, fp.retriable_exit_codes)
             # failed pods may be cleaned up by someone else: the count never goes down in an attempt
             p.set(retriable_failures=max(seen, p.status.retriable_failures))
             cap = fp.max_retriable_failures
             outcome = lifecycle.retriable_limit(p.status.retriable_failures, cap, fp.retriable_exit_codes)
-            outcome = outcome or self.progress.observe(job, attempt.queue, attempt.job, p)
+            outcome = outcome or stalled
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
             restarts, ttl = p.status.restarts, job.spec.ttl_seconds_after_finished

@@ -8,6 +8,8 @@ only reports from the pods of the worker Job it is given; `controller.progress.s
 - sets `Progressing`: True (`Reporting`, its message naming the published step; left as it is
   while a change is held back) or False (`Stalled`: `progress.stall.decide` — no new record from
   any rank for the effective `stallTimeoutSeconds`), and a timer for when a stall would begin;
+- once the attempt ended (`final`), shows its last record at once (that pass writes the status
+  anyway) and stalls no more;
 - answers the attempt's `Outcome` when it stalled and `onStall` is `Restart`: the reconciler
   ends the attempt like a failure (`lifecycle.attempt_ended`: a whole-job restart counted
   against `failurePolicy.maxRestarts`, reason `Stalled` in its message; else `Failed`).
@@ -52,17 +54,19 @@ class ProgressStep:
         self._published: dict[str, datetime] = {}  # when each job's progress was last set
 
     def observe(
-        self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, p: st.StatusUpdate
+        self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, p: st.StatusUpdate, final: bool = False
     ) -> st.Outcome | None:
-        """The module docstring's step for the attempt of `worker_job`."""
+        """The module docstring's step for the attempt of `worker_job`; `final`: the attempt ended
+        (its last record is shown whatever the period — the status is written anyway — and
+        nothing stalls any more)."""
         view = self.store.view(job.key) if self.store is not None else None
         if view is None or view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]:
             return None
         policy = effective(job.spec.progress, queue.spec.progress)
         ranks = [RankState(r, rep.record.step, rep.changed_at) for r, rep in sorted(view.ranks.items())]
-        verdict = decide(ranks, policy.stall_timeout_seconds, p.now)
+        verdict = decide(ranks, None if final else policy.stall_timeout_seconds, p.now)
         desired = progress_of(view)
-        published = self.publish(job.key, desired, p)
+        published = self.publish(job.key, desired, p, final)
         stored = find_condition(p.status.conditions, C.PROGRESSING)
         if verdict.stalled:
             p.cond(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
@@ -70,20 +74,20 @@ class ProgressStep:
             p.cond(C.PROGRESSING, True, Reason.REPORTING, reporting_message(p.status.progress or desired))
         p.timer(verdict.recheck_after)
         assert self.store is not None
-        if not self.store.settle(job.key, view.version):
+        if not self.store.settle(job.key, view.version) and not final:
             p.timer(self.period)  # reports arrived during this pass: no report will enqueue the job
         if verdict.stalled and policy.on_stall is OnStall.RESTART:
             return st.Outcome(False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
         return None
 
-    def publish(self, key: str, desired: Progress | None, p: st.StatusUpdate) -> bool:
-        """Set `desired` unless it is stored already or the last one was set less than a period
-        ago (then a timer); True when the status shows `desired`."""
+    def publish(self, key: str, desired: Progress | None, p: st.StatusUpdate, final: bool = False) -> bool:
+        """Set `desired` unless it is stored already or (unless `final`) the last one was set less
+        than a period ago (then a timer); True when the status shows `desired`."""
         if desired is None or desired == p.status.progress:
             return desired is not None
         with self._lock:
             last = self._published.get(key)
-            wait = 0.0 if last is None else self.period - (p.now - last).total_seconds()
+            wait = 0.0 if last is None or final else self.period - (p.now - last).total_seconds()
             if wait > 0:
                 p.timer(wait)
                 return False

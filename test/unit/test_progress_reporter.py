@@ -47,6 +47,19 @@ def test_pushes_follow_changes_heartbeats_and_backoff() -> None:
     assert refused.tick(latest, 60.0 + HEARTBEAT_SECONDS - 1) is None
 
 
+def test_a_stopping_sidecar_flushes_what_was_not_accepted() -> None:
+    sent: list[dict[str, Any]] = []
+    pusher = Pusher("job", lambda body: (sent.append(body), 200)[1])
+    latest = Latest()
+    assert pusher.flush(latest, 0.0) is None
+    latest.set(Record(step=1), 0.0)
+    assert pusher.tick(latest, 0.0) == 200
+    latest.set(Record(step=2), 0.5)
+    assert pusher.tick(latest, 0.6) is None  # within the interval
+    assert pusher.flush(latest, 0.7) == 200 and sent[-1]["record"] == {"step": 2}
+    assert pusher.flush(latest, 0.8) is None  # nothing new
+
+
 def test_metrics_name_the_step_and_the_users_numbers() -> None:
     latest = Latest()
     assert list(metric_lines(latest, "1", 0.0)) == []

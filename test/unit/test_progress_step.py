@@ -86,6 +86,20 @@ def test_progress_changes_at_most_once_per_period() -> None:
     assert p.status.progress.summary == "2%"
 
 
+def test_the_last_record_of_an_ended_attempt_is_shown_at_once_and_nothing_stalls() -> None:
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}), period=30)
+    push(passes.store, 1, 0)
+    passes.run(0)
+    push(passes.store, 100, 5)
+    p = st.StatusUpdate(passes.job, at(10))  # within the period: held back, but the workers ended
+    assert passes.step.observe(passes.job, passes.queue, WORKER, p, final=True) is None
+    assert p.status.progress is not None and p.status.progress.step == 100 and p.timers == []
+    p = st.StatusUpdate(passes.job, at(500))  # long silent since: an ended attempt never stalls
+    assert passes.step.observe(passes.job, passes.queue, WORKER, p, final=True) is None
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.status is ConditionStatus.TRUE
+
+
 def test_a_silent_job_stalls_after_the_timeout_with_a_warning_reason_and_no_restart() -> None:
     passes = Passes(job(progress={"stallTimeoutSeconds": 60}))
     push(passes.store, 7, 0)
