@@ -22,6 +22,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from testbed import (
 
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
 TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
+TRAIN_PROGRESS = Path(__file__).parent / "realnode" / "train_progress.py"
 NODE = "realnode-0"
 SHM_PER_GPU = "256Mi"
 SHM_BYTES = 256 * 1024 * 1024
@@ -488,6 +490,123 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
     assert abs(second[0][1] - first[-1][1]) <= 1e-4 * abs(first[-1][1]), (first, second)
     before = [v for _, v in second[-4:]]
     assert min(before) / 2 <= third[0][1] <= max(before) * 2, (second, third)
+
+
+@pytest.fixture
+def progress_controller(real: RealNode, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """The controller program with its progress endpoint where the real node's pods reach the
+    host: the node's address (the bridge's, on this host); --progress-period 5. Yields its log."""
+    node = real.cluster.get("node", NODE)
+    (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    port = 19443
+    log_path = tmp_path / "controller.log"
+    flags = (
+        "--sync-image", real.images["CONTROLLER_IMAGE"],
+        f"--progress-bind-address={address}:{port}",
+        f"--progress-url=https://{address}:{port}/v1/progress",
+        "--progress-period=5",
+    )  # fmt: skip
+    with controller_program(real.cluster.kubeconfig, namespace, log_path, *flags):
+        yield log_path
+
+
+def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_shows_both_ranks(
+    real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
+) -> None:
+    """`train_progress.py`: 2 gloo ranks report a step a second through `torchrun_progress`; in
+    the first attempt both hang in `hang_in_collective` after step 12. status.progress advances;
+    the reporter's /metrics (the PodMonitor's target) serves the step; `kubectl torchrun stack`
+    shows `hang_in_collective` in both ranks; Progressing=False Stalled comes within
+    stallTimeoutSeconds + one period of the last step; onStall Restart restarts the job once and
+    the second attempt runs to the last step and succeeds."""
+    cluster, timeout, period = real.cluster, 30, 5
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "prog"},
+            "spec": {
+                "jobQueue": queue,
+                "numNodes": 2,
+                "command": "python train_progress.py --steps 30 --step-seconds 1 --hang-after 12",
+                "distributed": {"backend": "gloo"},
+                "workspace": {"source": "upload"},
+                "failurePolicy": {"maxRestarts": 1},
+                "progress": {"stallTimeoutSeconds": timeout, "onStall": "Restart"},
+            },
+        },
+        namespace,
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(TRAIN_PROGRESS, project / "train_progress.py")
+    proc = plugin_run(real, namespace, project, "sync", "prog", "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n{progress_controller.read_text()[-3000:]}"
+
+    def status() -> dict[str, Any]:
+        got: dict[str, Any] = cluster.get("torchrunjob", "prog", "-n", namespace).get("status") or {}
+        return got
+
+    steps: list[int] = []
+
+    def at_hang() -> dict[str, Any] | None:
+        progress = status().get("progress") or {}
+        if progress.get("step") is not None and progress["step"] not in steps:
+            steps.append(progress["step"])
+        return progress if progress.get("step") == 12 else None
+
+    try:
+        hung = wait_until(at_hang, 240, interval=0.5, message="status.progress at step 12")
+    except AssertionError as e:
+        raise AssertionError(
+            f"{status()}\n{diagnose(cluster, namespace, 'prog')}\n{progress_controller.read_text()[-3000:]}"
+        ) from e
+    assert len(steps) >= 2 and steps == sorted(steps), steps  # it advanced while it ran
+    assert (hung["totalSteps"], hung["percent"], hung["rank"]) == (30, 40, 0), hung
+
+    workers = sorted(pods(cluster, namespace, "prog", "worker"), key=index_of)
+    rank0_ip = workers[0]["status"]["podIP"]
+    metrics = subprocess.run(
+        ["curl", "-sf", f"http://{rank0_ip}:9400/metrics"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    assert 'torchrun_training_step{rank="0"} 12.0' in metrics, metrics
+
+    stack = plugin_run(real, namespace, project, "stack", "prog")
+    assert stack.returncode == 0, stack.stdout + stack.stderr
+    for rank in (0, 1):
+        lines = [line for line in stack.stdout.splitlines() if line.startswith(f"[rank {rank} pid ")]
+        assert any("hang_in_collective" in line for line in lines), stack.stdout
+
+    def stalled() -> dict[str, Any] | None:
+        job = cluster.get("torchrunjob", "prog", "-n", namespace)
+        cond = condition(job, "Progressing") or {}
+        return cond if cond.get("reason") == "Stalled" else None
+
+    cond = wait_until(stalled, timeout + 3 * period, interval=0.5, message="Progressing=False Stalled")
+    last_step_at = datetime.fromisoformat(hung["updateTime"].replace("Z", "+00:00"))
+    stalled_at = datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00"))
+    # the record's time is the reporter's (to the second), the push up to 2 s late: a little slack
+    assert timeout - 1 <= (stalled_at - last_step_at).total_seconds() <= timeout + period + 3, (hung, cond)
+    assert "step 12" in cond["message"], cond
+
+    final = wait_until(
+        lambda: status() if status().get("phase") in ("Succeeded", "Failed") else None,
+        300,
+        interval=1,
+        message="the restarted job done",
+    )
+    assert final["phase"] == "Succeeded" and final["restarts"] == 1, (
+        f"{final}\n{diagnose(cluster, namespace, 'prog')}"
+    )
+    assert (final["progress"]["step"], final["progress"]["percent"]) == (30, 100), final["progress"]
+    assert (condition({"status": final}, "Progressing") or {}).get("status") == "True", final
+    for pod in pods(cluster, namespace, "prog", "worker"):
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert "attempt=1" in out and "done rank=" in out, out
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:

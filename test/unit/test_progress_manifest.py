@@ -39,6 +39,7 @@ def test_every_worker_pod_gets_the_reporter_as_a_native_sidecar() -> None:
     side_mounts = {m["mountPath"]: m for m in reporter["volumeMounts"]}
     assert side_mounts["/var/run/torchrun-progress"]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["torchrun-progress-token"]["projected"]["defaultMode"] == 0o444
     (source,) = volumes["torchrun-progress-token"]["projected"]["sources"]
     assert source == {
         "serviceAccountToken": {"audience": "torchrun-controller", "expirationSeconds": 600, "path": "token"}

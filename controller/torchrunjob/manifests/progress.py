@@ -129,6 +129,8 @@ def with_reporter(
         "volumes": [
             *pod.get("volumes", ()),
             {"name": PROGRESS_VOLUME, "emptyDir": {}},
-            {"name": TOKEN_VOLUME, "projected": {"sources": [token]}},
+            # readable by the sidecar whatever user it runs as (only the sidecar mounts it): the
+            # kubelet writes it 0600 for root when the pod's containers run as different users
+            {"name": TOKEN_VOLUME, "projected": {"sources": [token], "defaultMode": 0o444}},
         ],
     }
