@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from controller.plugin import commands
+from controller.plugin.checkpoints import checkpoints_command
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.flags import EXIT_CODE, FlagError, Parser, at_least, parse
@@ -95,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="send secret-looking files and trees over the size limit"
     )
     p.add_argument("--detach", action="store_true", help="return after the upload")
+    p = sub.add_parser(
+        "checkpoints", parents=[common], help="the job's checkpoints: step, time, size, complete"
+    )
+    p.add_argument("name")
     p = sub.add_parser("stack", parents=[common], help="py-spy dump of every rank's Python processes")
     p.add_argument("name")
     p.add_argument("--rank", type=at_least(0), help="only this node rank")
@@ -138,6 +143,8 @@ def run(args: argparse.Namespace, console: Console, cwd: Path) -> int:
         return commands.logs_command(
             kube, console, args.name, args.rank, args.all, args.follow, args.previous
         )
+    if args.cmd == "checkpoints":
+        return checkpoints_command(kube, console, args.name)
     if args.cmd == "stack":
         return stack_command(kube, console, args.name, args.rank)
     if args.cmd == "sync":

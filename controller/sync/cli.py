@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controller.checkpoint import CheckpointReport, resume
+from controller.checkpoint.listing import listing, to_json
 from controller.sync import layout
 from controller.sync.checkpoint_s3 import mirror, restore
 from controller.sync.copy import copy_tree, wait_for_generation
@@ -58,6 +59,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return _fetch(args, workspace, env)
         if args.command == "prepare":
             return _prepare(args, env)
+        if args.command == "checkpoints":
+            print(to_json(listing(Path(args.root))))
+            return 0
         return _copy(args, workspace)
     except SyncError as e:
         print(f"{e.reason}: {e.message}", file=sys.stderr)
@@ -250,6 +254,8 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--attempt", type=_non_negative, default=0, help="the whole-job restart number")
     prepare.add_argument("--keep", type=_positive, default=None, help="retention: complete checkpoints kept")
     prepare.add_argument("--s3", help="the checkpoints' S3 mirror: s3://bucket/prefix/")
+    listed = commands.add_parser("checkpoints", help="every entry of a checkpoint root, as JSON (the plugin)")
+    listed.add_argument("--root", required=True, help="the job's checkpoint root")
     return parser
 
 

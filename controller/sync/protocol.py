@@ -3,10 +3,10 @@
 One home for what three packages used to spell out on their own: the program (`PROGRAM`), the sync
 pod's name (`sync_pod_name`) and container name (`CONTAINER`), and the argv of each command —
 `receive_argv` (the plugin, over pods/exec into the sync pod), `fetch_argv` (the sync pod's
-command), `copy_argv` (the workers' init container), `prepare_argv` (every worker's first init
-container). Every argv built here is parsed by the sync program's own parser in a unit test, so the
-two halves cannot drift. The return half of the contract (what the program reports back) lives in
-`termination.py`.
+command), `copy_argv` (the workers' init container), `checkpoints_argv` (the plugin's listing pod),
+`prepare_argv` (every worker's first init container). Every argv built here is parsed by the sync
+program's own parser in a unit test, so the two halves cannot drift. The return half of the contract
+(what the program reports back) lives in `termination.py`.
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ def copy_argv(*, min_generation: int, target: str, timeout: int) -> list[str]:
         "--timeout",
         str(timeout),
     ]
+
+
+def checkpoints_argv(*, root: str) -> list[str]:
+    """`checkpoints`: the plugin's listing pod prints every entry of the checkpoint root as JSON."""
+    return [*PROGRAM, "checkpoints", "--root", root]
 
 
 def prepare_argv(*, target: str) -> list[str]:
