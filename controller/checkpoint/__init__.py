@@ -4,8 +4,8 @@ retention removes (docs/checkpoints.md).
 Standard library only and nothing else from `controller`, like the sync program that runs it in
 every worker's `prepare` init container (`python -m controller.sync prepare`); the controller
 imports its report parser. The modules:
-- `names`: the step in a checkpoint's name;
-- `discovery`: `scan(root)` (never leaves the root, never follows links), completeness, `latest`;
+- `discovery`: `scan(root)` (never leaves the root, never follows links), completeness, the step
+  in a name, `latest` — also shipped to the workers as `torchrun_checkpoint_discovery`;
 - `retention`: `prune_plan` (pure) and `prune`;
 - `start`: `resume`, one start's work — prune (rank 0), choose, re-check, answer env and report;
 - `report`: rank 0's termination message and its parser.

@@ -8,10 +8,18 @@ symbolic link and never reads outside `root`:
   `.metadata` (a `torch.distributed.checkpoint` directory: DCP writes it last), or
   `trainer_state.json` with the name `checkpoint-<step>` (the Hugging Face Trainer writes it after
   the weights), or our marker `.torchrun_complete` (`torchrun_checkpoint.mark_complete`);
-- its step comes from its name (`names.step_of`), its time is the mtime of the file that made it
-  complete (else of the directory).
+- its step comes from its name (`step_of`): `step-1200`, `step_1200`, `step1200`,
+  `checkpoint-1200` (Hugging Face), `global_step1200` (DeepSpeed), `epoch=3-step=1200`
+  (Lightning), `run-a-step-1200` — the word `step`, `checkpoint` or `global_step` at the start of
+  the name or after `-`/`_`, optionally followed by `-`, `_` or `=`, then the digits ending the
+  name; anything else has none. Its time is the mtime of the file that made it complete (else of
+  the directory).
 A root that does not exist or is not a directory has no entries. Entries vanishing while they are
 scanned are simply missing from the result.
+
+Standard library only and importing nothing else: `prepare` copies this very module to every
+worker's `/opt/torchrun/python/torchrun_checkpoint_discovery.py`, where `torchrun_checkpoint`
+uses it after torchrun restarted the workers in place (one home for the rules).
 
 `latest(entries)` is the newest complete entry: by step when every complete entry has one, else
 by time (a name without a step cannot be compared with one that has one); ties by time, then name.
@@ -20,12 +28,11 @@ by time (a name without a step cannot be compared with one that has one); ties b
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from controller.checkpoint.names import is_hf_name, step_of
 
 MARKER = ".torchrun_complete"  # what torchrun_checkpoint.mark_complete writes
 DCP_METADATA = ".metadata"
@@ -34,6 +41,20 @@ HF_STATE = "trainer_state.json"
 DCP = "dcp"
 HF = "hf"
 MARKED = "marker"
+
+_STEP = re.compile(r"(?:^|[-_])(?:global_step|step|checkpoint)[-_=]?([0-9]{1,18})\Z")
+_HF = re.compile(r"^checkpoint-[0-9]{1,18}\Z")
+
+
+def step_of(name: str) -> int | None:
+    """The step in a checkpoint's name, or None (module doc)."""
+    match = _STEP.search(name)
+    return int(match.group(1)) if match else None
+
+
+def is_hf_name(name: str) -> bool:
+    """A Hugging Face Trainer checkpoint's name: `checkpoint-<step>`."""
+    return _HF.match(name) is not None
 
 
 @dataclass(frozen=True)

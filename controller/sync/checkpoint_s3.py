@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from controller.checkpoint.discovery import MARKER, Entry, by_age, latest, scan
-from controller.checkpoint.names import step_of
+from controller.checkpoint.discovery import MARKER, Entry, by_age, latest, scan, step_of
 from controller.sync.errors import SyncError
 from controller.sync.sources.s3 import S3Uri, make_client, parse_uri, store_errors
 

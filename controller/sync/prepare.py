@@ -9,7 +9,8 @@ is its log; `prepare` reports what it chose in its termination message).
 
 What `prepare_tools(target, env)` guarantees:
 - `target` holds a copy of the package's `controller/tools/` (the `launch` script, the helper
-  modules under `python/`), without bytecode caches;
+  modules under `python/`), without bytecode caches, and `python/torchrun_checkpoint_discovery.py`,
+  a copy of `controller/checkpoint/discovery.py` (the checkpoint rules, for the helper);
 - `target/env` holds one line `NAME=value` per variable, each value quoted for the POSIX shell
   (`shlex.quote`), written in one step (a reader never sees half of it); `launch` sources it.
   A name that is not a shell variable name is refused (`ValueError`), never written.
@@ -27,6 +28,9 @@ from pathlib import Path
 from controller.sync.atomic import write_atomic
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
+# the checkpoint rules, shipped beside the helpers for torchrun_checkpoint (standard library only)
+DISCOVERY = Path(__file__).resolve().parent.parent / "checkpoint" / "discovery.py"
+DISCOVERY_AS = "python/torchrun_checkpoint_discovery.py"
 ENV_FILE = "env"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -56,4 +60,7 @@ def prepare_tools(target: Path, env: Mapping[str, str], *, tools: Path = TOOLS) 
         else:
             shutil.copyfile(source, dest)
             dest.chmod(0o755 if os.access(source, os.X_OK) else 0o644)
+    (target / DISCOVERY_AS).parent.mkdir(mode=0o755, exist_ok=True)
+    shutil.copyfile(DISCOVERY, target / DISCOVERY_AS)
+    (target / DISCOVERY_AS).chmod(0o644)
     write_atomic(target / ENV_FILE, env_text(env).encode("utf-8", "surrogateescape"))

@@ -472,6 +472,14 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
         assert f"resumed from step {stopped} (/checkpoints/step-{stopped})" in out, out
         assert f"loss rank={rank} step={stopped + 1} " in out and "done step=36" in out, out
         assert f"loss rank={rank} step={stopped} " not in out, out  # nothing trained twice
+    listed = plugin_run(real, namespace, project, "checkpoints", "resume")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert rows[0][:2] == ["step-36", "36"] and rows[0][-2:] == ["yes", "(marker)"], listed.stdout
+    assert f"step-{stopped}" in [r[0] for r in rows], listed.stdout  # kept: pruning happens at starts
+    assert all(r[0].startswith("step-") for r in rows), listed.stdout  # the loss files are no checkpoints
+    listing_pods = cluster.get("pods", "-n", namespace, "-l", "torchrun.ai/checkpoints-of=resume")["items"]
+    assert [p["metadata"].get("deletionTimestamp") is not None for p in listing_pods] in ([], [True])
     said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=resume")["items"]
     resumed = sorted(e["message"] for e in said if e["reason"] == "ResumedFromCheckpoint")
     assert any("attempt 1 resumed from /checkpoints/step-8 (step 8)" in m for m in resumed), resumed

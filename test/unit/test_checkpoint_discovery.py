@@ -13,7 +13,7 @@ import pytest
 
 from controller.checkpoint import by_age, latest, parse_report, prune, prune_plan, resume, scan
 from controller.checkpoint import start as start_module
-from controller.checkpoint.names import step_of
+from controller.checkpoint.discovery import step_of
 from controller.checkpoint.report import MAX_BYTES, CheckpointReport
 from controller.sync.cli import main
 

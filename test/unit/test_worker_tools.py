@@ -45,7 +45,9 @@ def test_prepare_copies_the_tools_and_the_launch_exports_the_env_file(tmp_path: 
     prepare_tools(target, {"TORCHRUN_RESUME_FROM": "/ckpt/step-20", "ODD": HOSTILE})
     assert (target / "launch").read_bytes() == (TOOLS / "launch").read_bytes()
     shipped = {p.name for p in (TOOLS / "python").glob("*.py")}
-    assert shipped and {p.name for p in (target / "python").glob("*.py")} == shipped
+    assert shipped and {p.name for p in (target / "python").glob("*.py")} == shipped | {
+        "torchrun_checkpoint_discovery.py"
+    }
     assert not list(target.rglob("__pycache__"))
     seen = launched(target, "--node_rank=1", "two words", env={"PYTHONPATH": "/image/lib"})
     assert seen["argv"] == ["--node_rank=1", "two words"]
@@ -101,3 +103,40 @@ def test_every_worker_pod_starts_torchrun_through_the_tools(source: str) -> None
     mount = {"name": "torchrun-tools", "mountPath": "/opt/torchrun", "readOnly": True}
     assert mount in container["volumeMounts"]
     assert first["securityContext"] == container["securityContext"]
+
+
+def test_after_an_in_place_restart_the_helper_rescans_with_the_shipped_rules(tmp_path: Path) -> None:
+    """torchrun restarted the workers (a failure under --max_restarts, an elastic resize): the
+    pod's start-time choice is old; the helper finds the newer checkpoint with the copy of
+    controller/checkpoint/discovery.py that prepare shipped (run where `controller` is not
+    importable, as in a user's image)."""
+    target, root = tmp_path / "opt", tmp_path / "ck"
+    prepare_tools(target, {})
+    for step in (4, 8):
+        (root / f"step-{step}").mkdir(parents=True)
+        (root / f"step-{step}" / ".torchrun_complete").write_text("{}")
+    (root / "step-12").mkdir()  # being written: incomplete
+    show = "import torchrun_checkpoint as c; print(c.resume_from())"
+
+    def resume(**env: str) -> str:
+        base = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(target / "python"),
+            "TORCHRUN_CHECKPOINT_DIR": str(root),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", show],
+            env={**base, **env},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return proc.stdout.strip()
+
+    assert resume(TORCHRUN_RESUME_FROM=str(root / "step-4")) == str(root / "step-4")  # the pod's choice
+    after = resume(TORCHRUN_RESUME_FROM=str(root / "step-4"), TORCHELASTIC_RESTART_COUNT="1")
+    assert after == str(root / "step-8")
+    assert (target / "python" / "torchrun_checkpoint_discovery.py").read_bytes() == (
+        Path(__file__).resolve().parents[2] / "controller" / "checkpoint" / "discovery.py"
+    ).read_bytes()

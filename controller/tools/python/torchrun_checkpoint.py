@@ -7,7 +7,11 @@ Standard library only. What it offers:
   `path_for(step)`: `<root>/step-<step>` (created if missing), a name the controller reads the
   step from;
 - `resume_from()`: the latest complete checkpoint the controller found before this start
-  (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr);
+  (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr).
+  After torchrun restarted the workers in place (`TORCHELASTIC_RESTART_COUNT` > 0: a rank failed
+  under `--max_restarts`, an elastic job shrank or grew) that choice may be old, so the root is
+  scanned again with the controller's own rules (`torchrun_checkpoint_discovery`, copied here by
+  `prepare`);
 - `mark_complete(path)`: after every rank has written `path`, rank 0 calls this; only then does the
   controller count it (a `torch.distributed.checkpoint` directory with `.metadata` or a Hugging
   Face `checkpoint-<step>/` with `trainer_state.json` count without it);
@@ -21,6 +25,7 @@ Standard library only. What it offers:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -30,12 +35,15 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 ENV_DIR = "TORCHRUN_CHECKPOINT_DIR"
 ENV_RESUME = "TORCHRUN_RESUME_FROM"
 ENV_ATTEMPT = "TORCHRUN_ATTEMPT"
 ENV_STOP_SIGNAL = "TORCHRUN_STOP_SIGNAL"
 MARKER = ".torchrun_complete"
+ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+DISCOVERY = "torchrun_checkpoint_discovery"  # controller/checkpoint/discovery.py, copied by prepare
 
 _stop = threading.Event()
 
@@ -57,7 +65,11 @@ def path_for(step: int) -> Path:
 
 
 def resume_from() -> Path | None:
-    """The checkpoint to resume from, or None to start from scratch."""
+    """The checkpoint to resume from, or None to start from scratch (module doc)."""
+    if _restarted_in_place() and (root := checkpoint_dir()) is not None:
+        rules: Any = importlib.import_module(DISCOVERY)
+        chosen = rules.latest(rules.scan(root))
+        return Path(chosen.path) if chosen is not None else None
     value = os.environ.get(ENV_RESUME)
     if not value:
         return None
@@ -89,6 +101,12 @@ def mark_complete(path: str | os.PathLike[str]) -> Path:
 def stop_requested() -> bool:
     """True once the stop signal arrived (module doc)."""
     return _stop.is_set()
+
+
+def _restarted_in_place() -> bool:
+    """torchrun restarted this node's workers (TORCHELASTIC_RESTART_COUNT, set by torchrun)."""
+    value = os.environ.get(ENV_RESTART_COUNT, "0")
+    return value.isdigit() and int(value) > 0
 
 
 def attempt() -> int:
