@@ -72,11 +72,12 @@ def test_metrics_name_the_step_and_the_users_numbers() -> None:
     assert "torchrun_training_epoch" not in text
 
 
-def fake_proc(root: Path, pid: int, argv: list[str], env: dict[str, str], ppid: int = 1) -> None:
+def fake_proc(root: Path, pid: int, argv: list[str], env: dict[str, str] | None, ppid: int = 1) -> None:
     d = root / str(pid)
     d.mkdir()
     (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
-    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
+    if env is not None:  # None: unreadable, as another user's /proc/<pid>/environ is to the sidecar
+        (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
     (d / "stat").write_text(f"{pid} (x) S {ppid} 0 0")
 
 
@@ -85,9 +86,17 @@ def test_stack_dumps_every_python_process_but_the_reporter(tmp_path: Path) -> No
     fake_proc(tmp_path, 10, ["/usr/bin/python3", "/usr/bin/torchrun", "train.py"], {"PATH": "/bin"})
     fake_proc(tmp_path, 11, ["/usr/bin/python3", "-u", "train.py"], {"RANK": "2"}, ppid=10)
     fake_proc(tmp_path, 12, ["/bin/sh", "-c", "sleep 1"], {"RANK": "3"})
-    fake_proc(tmp_path, 20, ["python", "-m", "controller.progress.reporter"], {})
+    fake_proc(tmp_path, 18, ["python", "-m", "controller.progress.reporter"], {})  # the sidecar itself
+    fake_proc(tmp_path, 20, ["python", "-m", "controller.progress.reporter", "stack"], {})
     (tmp_path / "self").mkdir()
     assert python_processes(tmp_path, {20}) == [(10, "agent"), (11, "2")]
+
+
+def test_stack_ranks_workers_whose_environment_it_cannot_read(tmp_path: Path) -> None:
+    fake_proc(tmp_path, 5, ["/usr/bin/python3", "/usr/bin/torchrun", "train.py"], None)
+    fake_proc(tmp_path, 9, ["/usr/bin/python3", "-u", "train.py"], None, ppid=5)
+    fake_proc(tmp_path, 7, ["/usr/bin/python3", "-u", "train.py"], None, ppid=5)
+    assert python_processes(tmp_path, set(), node_rank=1) == [(5, "agent"), (7, "2"), (9, "3")]
 
 
 def free_port() -> int:
