@@ -13,11 +13,13 @@ runs in a namespace of its own, alone: the namespace before it is deleted (and g
 
 Reported: jobs/s (first submit → last pod Running) and its ratio to training-operator's and to the
 ceiling's at the same setting; how long the N creates took (16 client threads, while the
-controller already works); per job, submit → first pod and submit → all pods Running (p50 / p99);
-writes at the API server from its audit log per job: the subject's own (by user agent) and every
-write in the namespace, the submits included, but not the test bed node agent's (a kwok `Logs`
-per worker pod of ours: no real cluster makes it); peak RSS and CPU seconds of the controller
-process (from submit to quiet) and the CPU seconds kube-controller-manager spent meanwhile.
+controller already works) and the API server's median time per create (audit log); per job,
+submit → first pod and submit → all pods Running (p50 / p99); writes at the API server from its
+audit log per job: the subject's own (by user agent) and every write in the namespace, the
+submits included, but not the test bed node agent's (a kwok `Logs` per worker pod of ours: no
+real cluster makes it); peak RSS and CPU seconds of the controller process (from submit to
+quiet) and the CPU seconds kube-controller-manager spent meanwhile. `--diagnose` adds this
+controller with its own client limit out of the way (QPS 500 / burst 1000), to show what bounds it.
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
 variants) against N PyTorchJobs, before any workload.
 
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import admission
-from auditlog import Window, by_agent
+from auditlog import Window, by_agent, server_seconds
 from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
 from common import (
     KCM_DEFAULT,
@@ -126,10 +128,20 @@ def _make_torchrunjob(s: Setup, ns: str) -> Callable[[str], None]:
     return make
 
 
+def _start_torchrun_unthrottled(s: Setup, ns: str) -> Any:
+    log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
+    proc, _ = start_torchrun_controller(s.kubeconfig, ns, threadiness=s.threads, qps=500, burst=1000, log=log)
+    return proc
+
+
 SUBJECTS = (
     Subject("training-operator", TRAINING_OPERATOR_USER_AGENT, _start_training_operator, _make_pytorchjob),
     Subject("torchrun-controller", TORCHRUN_USER_AGENT, _start_torchrun, _make_torchrunjob),
     Subject("ceiling (Jobs + Services)", BENCH_USER_AGENT, None, lambda s, ns: plain_maker(s.rest, ns)),
+)
+# --diagnose: ours with its own client limit out of the way (500 / 1000), to see what bounds it
+UNTHROTTLED = Subject(
+    "torchrun-controller@500/1000", TORCHRUN_USER_AGENT, _start_torchrun_unthrottled, _make_torchrunjob
 )
 
 
@@ -155,7 +167,7 @@ def wait_job_controller(s: Setup, ns: str = "kcm-probe") -> None:
 
 def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any]:
     """W1 for one subject at one kube-controller-manager setting, in a fresh namespace deleted after."""
-    ns = f"w1-{subject.name.split()[0]}-{kcm[0]}"
+    ns = f"w1-{subject.name.split()[0].replace('@', '-').replace('/', '-')}-{kcm[0]}"
     s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     proc = subject.start(s, ns) if subject.start else None
     try:
@@ -173,9 +185,11 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
         agents = by_agent(writes)
         own = sum(n for a, n in agents.items() if a.startswith(subject.agent.rstrip("/")))
         cluster = sum(n for a, n in agents.items() if a not in TESTBED_AGENTS)
+        submits = [server_seconds(e) for e in writes if e.get("userAgent") == BENCH_USER_AGENT]
         return {
             "jobs_per_s": s.jobs / (end - min(sent.values())),
             "submit_s": submitted - min(sent.values()),
+            "submit_ms": statistics.median(submits) * 1000,
             "first_pod": [first[j] - sent[j] for j in sent],
             "running": [running[j] - sent[j] for j in sent],
             "own_writes": own / s.jobs,
@@ -199,13 +213,15 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def burst_table(results: dict[tuple[str, str], dict[str, Any]], settings: list[str]) -> str:
+def burst_table(
+    results: dict[tuple[str, str], dict[str, Any]], settings: list[str], subjects: tuple[Subject, ...]
+) -> str:
     """One row per setting and subject; throughput as ratios to training-operator and the ceiling."""
     rows = []
     for setting in settings:
         peer = results[(setting, SUBJECTS[0].name)]["jobs_per_s"]
         ceiling = results[(setting, SUBJECTS[2].name)]["jobs_per_s"]
-        for subject in SUBJECTS:
+        for subject in subjects:
             r = results[(setting, subject.name)]
             rows.append(
                 [
@@ -215,6 +231,7 @@ def burst_table(results: dict[tuple[str, str], dict[str, Any]], settings: list[s
                     f"{r['jobs_per_s'] / peer:.2f}×",
                     f"{r['jobs_per_s'] / ceiling:.2f}×",
                     f"{r['submit_s']:.1f}",
+                    f"{r['submit_ms']:.0f}",
                     _p50_p99(r["first_pod"]),
                     _p50_p99(r["running"]),
                     f"{r['own_writes']:.1f}",
@@ -224,7 +241,8 @@ def burst_table(results: dict[tuple[str, str], dict[str, Any]], settings: list[s
                     f"{r['kcm_cpu_s']:.1f}",
                 ]
             )
-    headers = ["kcm client", "subject", "jobs/s", "÷ t-o", "÷ ceiling", "submit s", "→1st pod p50/p99 s"]
+    headers = ["kcm client", "subject", "jobs/s", "÷ t-o", "÷ ceiling", "submit s", "server ms/create"]
+    headers += ["→1st pod p50/p99 s"]
     headers += ["→Running p50/p99 s", "own w/job", "all w/job", "RSS MiB", "CPU s", "kcm CPU s"]
     return table(headers, rows)
 
@@ -265,9 +283,11 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=100, help="client burst of both controllers")
     ap.add_argument("--admission-rounds", type=int, default=2, help="0: no admission measurement")
     ap.add_argument("--keep-audit", type=Path, help="copy the API server's audit log here at the end")
+    ap.add_argument("--diagnose", action="store_true", help="also ours at client QPS 500 / burst 1000")
     args = ap.parse_args()
     to_home = build_training_operator()
     settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+    subjects = (*SUBJECTS, UNTHROTTLED) if args.diagnose else SUBJECTS
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
         rest = RESTClient(
@@ -280,23 +300,25 @@ def main() -> None:
         measured = {}
         if args.admission_rounds:
             versions = admission.install_variants(kubeconfig)
-            subjects = {"PyTorchJob": pytorchjob, **admission.torchrunjob_subjects(versions)}
-            measured = admission.measure(kubeconfig, args.jobs, subjects, args.admission_rounds)
+            kinds = {"PyTorchJob": pytorchjob, **admission.torchrunjob_subjects(versions)}
+            measured = admission.measure(kubeconfig, args.jobs, kinds, args.admission_rounds)
         results: dict[tuple[str, str], dict[str, Any]] = {}
         for setting, kcm in settings.items():
             if kcm != KCM_DEFAULT:
                 restart_kube_controller_manager(kubeconfig, kcm)
                 wait_job_controller(s)
-            for subject in SUBJECTS:
+            for subject in subjects:
                 results[(setting, subject.name)] = run_burst(s, subject, kcm)
-                print(f"[{time.strftime('%H:%M:%S')}] {setting} {subject.name}: done", flush=True)
+                done = results[(setting, subject.name)]
+                brief = {k: round(v, 2) for k, v in done.items() if isinstance(v, float)}
+                print(f"[{time.strftime('%H:%M:%S')}] {setting} {subject.name}: {brief}", flush=True)
         if args.keep_audit:
             shutil.copyfile(kubeconfig.parent / "audit.log", args.keep_audit)
     print(
         f"\nW1 burst, {started}: {args.jobs} two-node jobs at once → all pods Running, 4 kwok nodes; "
         f"controllers at client QPS {args.qps} / burst {args.burst}, {args.threads} workers\n"
     )
-    print(burst_table(results, list(settings)))
+    print(burst_table(results, list(settings), subjects))
     print()
     print(writers_table(results))
     if measured:
