@@ -37,7 +37,9 @@ def running_pods(cluster: Cluster, ns: str, job: str) -> dict[str, dict[str, Any
     ready = {
         p["metadata"]["annotations"][INDEX]: p
         for p in items
-        if p["status"].get("phase") == "Running" and p["status"].get("initContainerStatuses")
+        if p["status"].get("phase") == "Running"
+        and p["status"].get("initContainerStatuses")
+        and not p["metadata"].get("deletionTimestamp")
     }
     return ready if len(ready) == 2 else None
 
@@ -101,6 +103,7 @@ def test_rank_0s_report_becomes_status_and_an_event_and_a_resubmission_gets_the_
         "count": 2,
         "resumedFrom": "/checkpoints/step-20",
         "pruned": 1,
+        "mirrored": 0,
         "problems": [],
     }
     said = wait_until(lambda: resumed_events(cluster, namespace, "train"), 30, message="the Event")
@@ -109,6 +112,11 @@ def test_rank_0s_report_becomes_status_and_an_event_and_a_resubmission_gets_the_
     # the same name again on the persisted claim: its workers choose from that claim at start
     cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
     wait_until(lambda: not cluster.get("jobs", "-n", namespace)["items"], 60, message="the worker Job gone")
+    wait_until(
+        lambda: not cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=train")["items"],
+        60,
+        message="the first job's pods gone (running_pods would take a terminating one)",
+    )
     make_job(cluster, namespace, checkpoint_queue)
     pods = wait_until(lambda: running_pods(cluster, namespace, "train"), 60, message="resubmitted workers")
     spec = pods["0"]["spec"]
