@@ -37,6 +37,7 @@ from controller.rest.errors import ApiError
 log = structlog.get_logger("progress")
 PATH = "/v1/progress"
 MAX_BODY = 64 * 1024
+TIMEOUT = 10.0  # seconds a connection may take for its handshake and each read
 
 
 class ProgressEndpoint:
@@ -77,9 +78,7 @@ class ProgressEndpoint:
             def log_message(self, format: str, *args: object) -> None:  # one line per refusal instead
                 return
 
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-        self._server.daemon_threads = True
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._server = _TLSServer((host or "0.0.0.0", int(port)), Handler, context)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="progress-endpoint", daemon=True
         )
@@ -98,14 +97,18 @@ class ProgressEndpoint:
 
     def handle(self, request: BaseHTTPRequestHandler) -> tuple[int, str]:
         """The HTTP status and message of one request (module docstring)."""
+        try:
+            length = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            request.close_connection = True  # its body stays unread
+            return 413, f"a report is at most {MAX_BODY} bytes, with its Content-Length"
+        raw = request.rfile.read(length)  # read before any answer: unread data makes a reset
         if request.path.split("?", 1)[0] != PATH:
             return 404, f"not found: POST {PATH}"
         if not self.accepting():
             return 503, "not the leader (or its caches are not synced yet): retry"
-        length = int(request.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            return 413, f"a report is at most {MAX_BODY} bytes"
-        raw = request.rfile.read(length) if length > 0 else b""
         auth = request.headers.get("Authorization") or ""
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return 401, "no bearer token: send the pod's projected service-account token"
@@ -146,6 +149,29 @@ class ProgressEndpoint:
         owner = controller_of(worker) if worker is not None else None
         torchrunjob = self.jobs.get(str(owner.get("name")), identity.namespace) if owner else None
         return prove(identity, pod, worker, torchrunjob, job)
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """A thread per connection, whose TLS handshake runs in that thread with a timeout: a slow
+    or silent client never holds up the others (a TLS listening socket would handshake in the
+    accepting thread)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
+        self.context = context
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(TIMEOUT)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except (OSError, ValueError):
+            return  # not TLS, or gone: nothing to answer
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
 
 
 def report_counter(registry: Any) -> Counter:

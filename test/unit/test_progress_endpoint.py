@@ -1,0 +1,73 @@
+"""The progress endpoint's HTTP edges, without a cluster: a standby's 503 and its Retry-After,
+bad requests answered and counted, and a client that never finishes its TLS handshake holding
+nobody up. What a leader accepts is tested on the control plane (test/integration/test_progress.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller.cache import Indexer, Lister
+from controller.progress.endpoint import ProgressEndpoint, report_counter
+from controller.progress.identity import TokenReviewer
+from controller.progress.store import ProgressStore
+from controller.progress.tls import server_context
+
+
+@pytest.fixture
+def endpoint() -> Iterator[ProgressEndpoint]:
+    empty = Lister(Indexer())
+    server = ProgressEndpoint(
+        "127.0.0.1:0",
+        server_context(None),
+        reviewer=TokenReviewer(cast(Any, None)),  # never reached: this replica does not lead
+        store=ProgressStore(),
+        pods=empty,
+        worker_jobs=empty,
+        jobs=empty,
+        accepting=lambda: False,
+        enqueue=lambda key: None,
+        reports=report_counter(CollectorRegistry()),
+    ).start()
+    yield server
+    server.shutdown()
+
+
+def post(port: int, path: str = "/v1/progress", body: bytes = b"{}") -> tuple[int, dict[str, Any], str]:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", body, method="POST")
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+            return resp.status, json.loads(resp.read()), resp.headers.get("Retry-After") or ""
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read()), err.headers.get("Retry-After") or ""
+
+
+def test_a_replica_that_does_not_lead_answers_503_with_retry_after(endpoint: ProgressEndpoint) -> None:
+    code, body, retry = post(endpoint.port)
+    assert (code, body["accepted"], retry) == (503, False, "2")
+    assert post(endpoint.port, "/other")[0] == 404
+    samples = {
+        s.labels["result"]: s.value
+        for m in endpoint.reports.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {"503": 1.0, "404": 1.0}
+
+
+def test_a_silent_client_holds_nobody_up(endpoint: ProgressEndpoint) -> None:
+    with socket.create_connection(("127.0.0.1", endpoint.port)):  # connects, never says hello
+        started = time.monotonic()
+        assert post(endpoint.port)[0] == 503
+        assert time.monotonic() - started < 3
