@@ -11,7 +11,8 @@ that object).
 - `restore(root, uri, env)` — every rank, when the volume has no complete checkpoint (a new
   cluster, a lost volume): downloads the newest complete copy into `<root>/.tmp-s3-<random>/`,
   writes our marker in it and renames it to `<root>/<name>`. Ranks may race: the first rename
-  wins, the others discard their download. Names and keys from the store are untrusted: a name
+  wins, the others discard their download (and still answer that name: it was restored at this
+  start). Names and keys from the store are untrusted: a name
   must be a plain entry name (no `/`, not starting with `.`), a key below it a relative path
   without `.`, `..` or empty parts; anything else is skipped, so nothing lands outside the root.
 - `mirror(root, uri, env, keep)` — rank 0, at every start, after retention: uploads each complete
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from controller.checkpoint.discovery import MARKER, Entry, by_age, latest, scan, step_of
+from controller.checkpoint.discovery import MARKER, Entry, by_age, entry_at, latest, scan, step_of
 from controller.sync.errors import SyncError
 from controller.sync.sources.s3 import S3Uri, make_client, parse_uri, store_errors
 
@@ -103,7 +104,9 @@ def restore(root: Path, uri: str, env: Mapping[str, str]) -> tuple[str | None, l
                 try:
                     os.rename(tmp, root / newest.name)
                 except OSError:
-                    return None, []  # another rank restored it first: theirs is the same copy
+                    if entry_at(root, newest.name) is None:
+                        raise
+                    # another rank restored it first: theirs is the same copy, restored at this start
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     except SyncError as e:

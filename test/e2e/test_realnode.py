@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,8 +28,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import boto3  # type: ignore[import-untyped]
 import pytest
 from plugincli import PLUGIN, plugin_env
+from summary_notes import AMAZON_S3
 from testbed import (
     CONTROLPLANE,
     REPO,
@@ -330,8 +334,9 @@ def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
     assert terminated["exitCode"] == 1, terminated
 
 
-def checkpoint_queue(real: RealNode, name: str, keep: int) -> str:
-    """The `queue` fixture's queue, with retention (`keep`) and a 60 s grace period."""
+def checkpoint_queue(real: RealNode, name: str, keep: int, **checkpoints: Any) -> str:
+    """The `queue` fixture's queue, with retention (`keep`), other `storage.checkpoints` fields and
+    a 60 s grace period."""
     spec = {
         "nodeResources": {"gpus": 1, "cpus": "700m", "memory": "1536Mi"},
         "image": real.images["TRAIN_IMAGE"],
@@ -340,7 +345,7 @@ def checkpoint_queue(real: RealNode, name: str, keep: int) -> str:
         "terminationGracePeriodSeconds": 60,
         "storage": {
             "workspace": {"sizePerGPU": "1Gi"},
-            "checkpoints": {"enabled": True, "sizePerGPU": "1Gi", "keep": keep},
+            "checkpoints": {"enabled": True, "sizePerGPU": "1Gi", "keep": keep, **checkpoints},
             "shmSizePerGPU": SHM_PER_GPU,
         },
         "scheduling": {
@@ -615,6 +620,125 @@ def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_s
     for pod in pods(cluster, namespace, "prog", "worker"):
         out = logs(cluster, namespace, pod["metadata"]["name"])
         assert "attempt=1" in out and "done rank=" in out, out
+
+
+@dataclass
+class S3Server:
+    endpoint: str  # as the test reaches it
+    pod_endpoint: str  # as the real node's pods reach it: the node's address
+
+
+@pytest.fixture
+def s3_server(real: RealNode, tmp_path: Path) -> Iterator[S3Server]:
+    """moto's S3 server (the sync tests' stand-in for Amazon S3) on this host, reachable by the
+    real node's pods at the node's address, with an empty bucket `ckpt`."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "moto.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", str(port)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        credentials = {"aws_access_key_id": "k", "aws_secret_access_key": "s", "region_name": "us-east-1"}
+        client = boto3.client("s3", endpoint_url=endpoint, **credentials)
+
+        def listening() -> bool:
+            assert server.poll() is None, log.read_text()[-2000:]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(listening, 60, interval=0.5, message="moto's server")
+        client.create_bucket(Bucket="ckpt")
+        addresses = real.cluster.get("node", NODE)["status"]["addresses"]
+        ip = next(a["address"] for a in addresses if a["type"] == "InternalIP")
+        yield S3Server(endpoint, f"http://{ip}:{port}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.mark.stand_in(AMAZON_S3)
+def test_a_lost_volume_resumes_from_the_s3_mirror(
+    real: RealNode, namespace: str, controller: Path, tmp_path: Path, s3_server: S3Server
+) -> None:
+    """A job on a persisted claim mirrored to S3: rank 1 fails after step 5, the restart mirrors
+    step-4 and resumes from it; the job is deleted, the volume's checkpoints too, and the job
+    submitted again restores step-4 from S3 and resumes from it."""
+    cluster = real.cluster
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3"},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": "k",
+                "AWS_SECRET_ACCESS_KEY": "s",
+                "AWS_REGION": "us-east-1",
+                "AWS_ENDPOINT_URL": s3_server.pod_endpoint,
+            },
+        },
+        namespace,
+    )
+    mirror = {"uri": "s3://ckpt/mirror/", "secret": "s3"}
+    queue = checkpoint_queue(real, f"s3-{namespace}", keep=2, persist=True, s3=mirror)
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(TRAIN_CHECKPOINT, project / "train_checkpoint.py")
+
+    def run(command: str) -> dict[str, Any]:
+        spec = {
+            "jobQueue": queue, "numNodes": 2, "command": command, "distributed": {"backend": "gloo"},
+            "workspace": {"source": "upload"}, "failurePolicy": {"maxRestarts": 1},
+        }  # fmt: skip
+        job = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": "s3job"}}
+        cluster.apply({**job, "spec": spec}, namespace)
+        proc = plugin_run(real, namespace, project, "sync", "s3job", "--detach")
+        assert proc.returncode == 0, proc.stderr
+
+        def finished() -> dict[str, Any] | None:
+            status: dict[str, Any] = cluster.get("torchrunjob", "s3job", "-n", namespace).get("status") or {}
+            return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+        status = wait_until(finished, 300, interval=1, message="job s3job finished")
+        assert status["phase"] == "Succeeded", f"{status}\n{diagnose(cluster, namespace, 's3job')}"
+        return status
+
+    first = run("python train_checkpoint.py --steps 8 --every 4 --fail-rank 1 --fail-after 5")
+    assert first["restarts"] == 1 and first["checkpoint"]["resumedFrom"] == "/checkpoints/step-4", first
+    assert first["checkpoint"]["mirrored"] == 1, first  # the restart's start uploaded step-4
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server.endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+    )
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="mirror/").get("Contents") or ()}
+    assert {"mirror/step-4/model.pt", "mirror/step-4/.torchrun-mirrored"} <= keys, keys
+
+    cluster.kubectl("delete", "torchrunjob", "s3job", "-n", namespace, "--wait=true")
+    wait_until(
+        lambda: not pods(cluster, namespace, "s3job", "worker"), 120, message="the first run's pods gone"
+    )
+    volume = volume_dir(cluster, namespace, "s3job-checkpoints")
+    for entry in volume.glob("step-*"):
+        shutil.rmtree(entry)  # the volume lost its checkpoints
+
+    second = run("python train_checkpoint.py --steps 8 --every 4")
+    # the volume was emptied: step-4 can only have come from S3 (`downloaded` names it unless rank 1
+    # had restored it before rank 0's prepare looked: docs/checkpoints.md)
+    assert second["restarts"] == 0 and second["checkpoint"]["resumedFrom"] == "/checkpoints/step-4", second
+    assert second["checkpoint"].get("downloaded") in ("step-4", None), second
+    for pod in pods(cluster, namespace, "s3job", "worker"):
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert "resumed from step 4 (/checkpoints/step-4) attempt=0" in out and "done step=8" in out, out
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:

@@ -131,7 +131,7 @@ def test_mirrored_at_each_start_pruned_there_too_and_restored_on_a_lost_volume(
     assert report1 == {} and env1 == f"TORCHRUN_RESUME_FROM={lost}/step-12\n"
     assert (lost / "step-12" / "model.pt").read_text() == "twelve"
     report0, env0 = prepare(lost, tmp_path, endpoint, 0, "--keep", "2")
-    assert env0 == env1 and report0.get("downloaded") is None  # already restored by rank 1
+    assert env0 == env1 and report0.get("downloaded") is None  # rank 1 restored it before rank 0 looked
     assert (report0["resumedFrom"], report0["mirrored"]) == (str(lost / "step-12"), 0)
     assert sorted(p.name for p in lost.iterdir()) == ["step-12"]  # no temporary left behind
 
