@@ -201,7 +201,9 @@ def test_printer_columns_show_what_the_controller_wrote(
         wait_until(lambda: counted(failing, "failed"), 30, message="the queue counting its job")
 
         plain = crds.kubectl("get", "tj", "-n", namespace).stdout
-        assert plain.splitlines()[0].split() == ["NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "AGE"]
+        assert plain.splitlines()[0].split() == [
+            "NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE"
+        ]  # fmt: skip
         plain = crds.kubectl("get", "tq", ok).stdout
         assert plain.splitlines()[0].split() == ["NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE"]
 
@@ -221,6 +223,7 @@ def test_printer_columns_show_what_the_controller_wrote(
                 "GPUS": cell(status.get("gpus")),
                 "PHASE": cell(status.get("phase")),
                 "RESTARTS": cell(status.get("restarts")),
+                "PROGRESS": cell((status.get("progress") or {}).get("summary")),  # these never report
                 "AGE": job_rows[name]["AGE"],
                 "READY": cell(status.get("workers", {}).get("ready")),
                 "COMMAND": obj["spec"]["command"],

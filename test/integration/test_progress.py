@@ -13,6 +13,7 @@ Warning Event); and 50 reporting jobs cost at most one status write per job per 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import socket
 import ssl
@@ -31,6 +32,8 @@ import pytest
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, controller_program, wait_until
 
+from controller.plugin.console import Console
+from controller.plugin.main import main as plugin_main
 from controller.rest import RESTClient, load_config
 
 PERIOD = 3.0  # --progress-period of both replicas
@@ -285,8 +288,9 @@ def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Clus
 def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
     cluster: Cluster, bed: Bed, record_property: Any
 ) -> None:
-    """Each of 50 one-node jobs reports a new step every second for 12 s: the leader writes each
-    job's status at most once per --progress-period (3 s) in that window (by the audit log: every
+    """Each of 50 one-node jobs reports a new step every second (or as fast as two busy cores
+    send them) 8 times: the leader writes each job's status at most once per --progress-period
+    (3 s) in that window (by the audit log: every
     write the API server received), ends at the last step sent, and then writes nothing more; the
     standby wrote nothing all along (this module's whole run)."""
     ns = bed.namespace
@@ -305,7 +309,7 @@ def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
     )
     time.sleep(PERIOD)  # the Running writes are behind us
     started = datetime.now().astimezone()
-    window = 12
+    window = 8
     for second in range(window):
         tick = time.monotonic()
         for name in names:
@@ -336,7 +340,8 @@ def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
     ]
     during = Counter(audit.ref(e)["name"] for e in writes if started <= audit.received(e) <= stopped)
     elapsed = (stopped - started).total_seconds()
-    bound = int(elapsed // PERIOD) + 1
+    # writes are decided at least a period apart; the API server receives them up to ~1 s later
+    bound = int((elapsed + 1.0) // PERIOD) + 1
     assert max(during[n] for n in names) <= bound, (bound, during)
     assert sum(during.values()) >= len(names) * 2, f"progress was hardly written: {during}"
     late = [audit.ref(e)["name"] for e in writes if audit.received(e) > settled]
@@ -353,3 +358,36 @@ def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
         f"50 jobs × {window} reports in {elapsed:.1f}s: at most {max(during.values())} status writes per job "
         f"(bound {bound}, period {PERIOD:g}s), {sum(during.values())} in all; the standby wrote nothing",
     )
+
+
+def stack(cluster: Cluster, ns: str, *args: str) -> tuple[int, str, str]:
+    """`kubectl torchrun stack ARGS` in-process, as a user would run it."""
+    out, err = io.StringIO(), io.StringIO()
+    code = plugin_main(["--kubeconfig", str(cluster.kubeconfig), "-n", ns, "stack", *args], Console(out, err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_stack_answers_in_one_line_when_it_cannot_dump(cluster: Cluster, bed: Bed) -> None:
+    """No such job, a queue that disables stack dumps, no running worker for the rank: each is
+    one line and a non-zero exit, nothing on stdout."""
+    ns = bed.namespace
+    locked = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        queue_manifest(locked, "run", nodeResources={"gpus": 0, "cpus": "10m"}, debug={"stackDumps": False})
+    )
+    try:
+        make_job(cluster, ns, locked, "locked", numNodes=1)
+        make_job(cluster, ns, bed.queue, "open", numNodes=1)
+        worker_pod(cluster, ns, "open")
+        answers = {
+            "missing": stack(cluster, ns, "nosuchjob"),
+            "locked": stack(cluster, ns, "locked"),
+            "no rank 3": stack(cluster, ns, "open", "--rank", "3"),
+        }
+        assert "nosuchjob" in answers["missing"][2]
+        assert f"queue {locked} disables stack dumps (debug.stackDumps: false)" in answers["locked"][2]
+        assert "job open has no running worker pod for rank 3" in answers["no rank 3"][2]
+        for case, (code, out, err) in answers.items():
+            assert code != 0 and out == "" and len(err.strip().splitlines()) == 1, (case, out, err)
+    finally:
+        cluster.kubectl("delete", "torchrunqueue", locked, "--wait=false")

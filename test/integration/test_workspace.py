@@ -102,7 +102,8 @@ def test_an_upload_job_waits_for_its_code_then_runs_it(
     assert ready["status"]["workspaceSha256"] == sha
     worker = wait_until(lambda: cluster.get("jobs", "-n", namespace)["items"], 30, message="worker Job")[0]
     pod = worker["spec"]["template"]["spec"]
-    prepare, init = pod["initContainers"]
+    prepare, init, reporter = pod["initContainers"]
+    assert reporter["name"] == "progress-reporter" and reporter["restartPolicy"] == "Always"
     assert prepare["command"][:4] == ["python", "-m", "controller.sync", "prepare"]
     assert init["command"][:4] == ["python", "-m", "controller.sync", "copy"]
     assert {"name": "code", "mountPath": "/app"} in pod["containers"][0]["volumeMounts"]
