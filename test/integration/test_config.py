@@ -651,7 +651,8 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
     Its RBAC is then checked against what it really sent (`check_rbac_against_the_audit_log`):
     every request granted, every grant used or listed in UNUSED_GRANTS with why. Three flags are
     added to the Deployment's so that timers the run waits for are short: --gc-interval=1,
-    --autoscaler-period=1, --claim-bind-timeout=1."""
+    --autoscaler-period=1, --claim-bind-timeout=1; and --progress-bind-address moves the progress
+    endpoint to a free loopback port."""
     deploy = cluster.get("deployment", "torchrun-controller", "-n", NAMESPACE)
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     metrics_port, health_port, progress_port = free_port(), free_port(), free_port()

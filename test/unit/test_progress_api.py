@@ -1,12 +1,16 @@
 """The progress API: numbers in status (floats and the metrics map) parse and print back, bad
-ones are named; the job's stall policy falls back to its queue's field by field."""
+ones are named; the job's stall policy falls back to its queue's field by field; the optional
+per-job metric."""
 
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from controller.api import InvalidObjectError, from_json, to_json
 from controller.api.progress import EffectivePolicy, OnStall, Progress, ProgressPolicy, effective
+from controller.cache import Indexer, Lister
+from controller.torchrunjob.metrics import ProgressCollector
 
 
 def test_progress_round_trips_with_floats_and_metrics() -> None:
@@ -59,3 +63,14 @@ def test_the_job_policy_falls_back_to_the_queue_field_by_field(
     job: ProgressPolicy | None, queue: ProgressPolicy | None, expected: EffectivePolicy
 ) -> None:
     assert effective(job, queue) == expected
+
+
+def test_the_optional_job_metric_is_each_reporting_jobs_percent() -> None:
+    jobs = Indexer()
+    jobs.add({"metadata": {"namespace": "ns", "name": "a"}, "status": {"progress": {"percent": 42}}})
+    jobs.add({"metadata": {"namespace": "ns", "name": "b"}, "status": {"progress": {"step": 7}}})
+    jobs.add({"metadata": {"namespace": "ns", "name": "c"}, "status": {}})
+    registry = CollectorRegistry()
+    registry.register(ProgressCollector(Lister(jobs)))
+    samples = [(s.name, s.labels, s.value) for f in registry.collect() for s in f.samples]
+    assert samples == [("torchrun_job_progress_percent", {"namespace": "ns", "job": "a"}, 42.0)]
