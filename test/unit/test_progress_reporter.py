@@ -4,21 +4,28 @@ on the control plane, test/integration/test_progress.py)."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import itertools
 import json
 import socket
+import ssl
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from testbed import wait_until
 
 from controller.progress.record import Record
-from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, metric_lines, run
+from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, https_sender, metric_lines, run
 from controller.progress.stack import python_processes
-from controller.progress.tls import server_context
+from controller.progress.tls import ca_bundle, server_context
 
 
 def test_pushes_follow_changes_heartbeats_and_backoff() -> None:
@@ -153,3 +160,72 @@ def test_the_sidecar_tails_serves_metrics_and_pushes_with_the_token(tmp_path: Pa
         stop.set()
         loop.join(5)
         server.shutdown()
+
+
+def certificate_for_loopback() -> tuple[str, bytes]:
+    """A self-signed certificate for IP 127.0.0.1 (its own CA) and its key, PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "loopback")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+
+def test_with_the_controllers_ca_the_reporter_verifies_the_endpoint(tmp_path: Path) -> None:
+    """--progress-cert-dir with ca.crt: the reporter pushes to the endpoint that certificate
+    signed, and to no other (a self-signed impostor gets nothing: no answer)."""
+    cert, key = certificate_for_loopback()
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_text(cert)
+    (certs / "tls.key").write_bytes(key)
+    (certs / "ca.crt").write_text(cert)
+    token = tmp_path / "token"
+    token.write_text("t")
+    answered: list[int] = []
+
+    class Endpoint(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            answered.append(1)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    def serve(context: ssl.SSLContext) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    ca = ca_bundle(str(certs))
+    assert ca == cert
+    genuine, impostor = serve(server_context(str(certs))), serve(server_context(None))
+    try:
+        body = {"job": "j", "record": {"step": 1}, "secondsSinceChange": 0}
+        url = "https://127.0.0.1:{}/v1/progress"
+        assert https_sender(url.format(genuine.server_address[1]), str(token), ca)(body) == 200
+        assert https_sender(url.format(impostor.server_address[1]), str(token), ca)(body) == 0
+        assert answered == [1]
+    finally:
+        genuine.shutdown()
+        impostor.shutdown()
