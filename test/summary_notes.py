@@ -42,6 +42,7 @@ KAI_SCHEDULER = "KAI-Scheduler"
 KUEUE = "Kueue"
 KUBELET = "a kubelet and a storage driver"
 AMAZON_S3 = "Amazon S3"
+CHECKPOINT_S3 = "Amazon S3 as the checkpoints' mirror"
 TORCH_PARSER = "torch 2.15's torchrun"
 IMAGE_BASE = "python:3.11-slim"
 
@@ -75,6 +76,12 @@ STAND_INS = {
             AMAZON_S3,
             "moto's S3 server (`python -m moto.server`, the moto[server] test extra) on loopback, "
             "with its IAM authentication switched on",
+        ),
+        StandIn(
+            CHECKPOINT_S3,
+            "moto's S3 server (`python -m moto.server`) without authentication (any key is "
+            "accepted): on loopback for test/integration/test_checkpoint_s3.py, on every address "
+            "of this host for the real node's pods in test/e2e/test_realnode.py",
         ),
         StandIn(
             TORCH_PARSER,

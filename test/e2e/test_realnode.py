@@ -31,7 +31,7 @@ from typing import Any
 import boto3  # type: ignore[import-untyped]
 import pytest
 from plugincli import PLUGIN, plugin_env
-from summary_notes import AMAZON_S3
+from summary_notes import CHECKPOINT_S3
 from testbed import (
     CONTROLPLANE,
     REPO,
@@ -664,7 +664,7 @@ def s3_server(real: RealNode, tmp_path: Path) -> Iterator[S3Server]:
         server.wait(timeout=10)
 
 
-@pytest.mark.stand_in(AMAZON_S3)
+@pytest.mark.stand_in(CHECKPOINT_S3)
 def test_a_lost_volume_resumes_from_the_s3_mirror(
     real: RealNode, namespace: str, controller: Path, tmp_path: Path, s3_server: S3Server
 ) -> None:

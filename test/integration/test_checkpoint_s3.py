@@ -2,9 +2,9 @@
 every worker's `prepare` container runs it (controller/sync/checkpoint_s3.py).
 
 The server is moto's (`python -m moto.server`, the `moto[server]` test extra), as in
-test_sync_sources.py: a stand-in for Amazon S3, listed under it in the run's summary. The client
-is the s3 source's own (`sources/s3.make_client`), configured from the same `AWS_*` variables the
-mirror's Secret gives the container."""
+test_sync_sources.py but without its authentication: a stand-in for Amazon S3, listed in the run's
+summary. The client is the s3 source's own (`sources/s3.make_client`), configured from the same
+`AWS_*` variables the mirror's Secret gives the container."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
-from summary_notes import AMAZON_S3
+from summary_notes import CHECKPOINT_S3
 from testbed import wait_until
 
 BUCKET = "ckpt"
@@ -105,7 +105,7 @@ def checkpoint(
         (root / name / marker).write_text("{}")
 
 
-@pytest.mark.stand_in(AMAZON_S3)
+@pytest.mark.stand_in(CHECKPOINT_S3)
 def test_mirrored_at_each_start_pruned_there_too_and_restored_on_a_lost_volume(
     endpoint: str, tmp_path: Path
 ) -> None:
@@ -140,7 +140,7 @@ def test_mirrored_at_each_start_pruned_there_too_and_restored_on_a_lost_volume(
     assert report["downloaded"] == "step-12" and env == f"TORCHRUN_RESUME_FROM={other}/step-12\n"
 
 
-@pytest.mark.stand_in(AMAZON_S3)
+@pytest.mark.stand_in(CHECKPOINT_S3)
 def test_hostile_keys_never_land_outside_the_root_and_a_dead_store_is_a_problem_not_a_failure(
     endpoint: str, tmp_path: Path
 ) -> None:
