@@ -128,6 +128,7 @@ class Overridable(str, enum.Enum):
     PRIORITY_CLASS_NAME = "priorityClassName"
     NODE_SELECTOR = "nodeSelector"
     TOLERATIONS = "tolerations"
+    CHECKPOINTS_KEEP = "checkpointsKeep"
 
 
 @dataclass(frozen=True)

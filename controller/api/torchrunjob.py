@@ -157,6 +157,13 @@ class JobOverrides:
     tolerations: tuple[Toleration, ...] = field(
         default=(), metadata=api("Tolerations added to the queue's.", schema=TOLERATION_LIST_SCHEMA)
     )
+    checkpoints_keep: int | None = field(
+        default=None,
+        metadata=api(
+            "Retention of this job's checkpoints, in place of the queue's storage.checkpoints.keep.",
+            schema={"minimum": 1, "maximum": 10000, "format": "int32"},
+        ),
+    )
 
     def fields_set(self) -> tuple[Overridable, ...]:
         """The overridable fields this job sets, in `Overridable` order."""
@@ -167,6 +174,7 @@ class JobOverrides:
             Overridable.PRIORITY_CLASS_NAME: self.priority_class_name,
             Overridable.NODE_SELECTOR: self.node_selector,
             Overridable.TOLERATIONS: self.tolerations,
+            Overridable.CHECKPOINTS_KEEP: self.checkpoints_keep,
         }
         return tuple(o for o in Overridable if values[o] not in (None, (), {}))
 

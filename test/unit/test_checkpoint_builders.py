@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from jobspecs import env_of, job, queue, worker
 
+from controller.api.validation import validate_job
 from controller.sync import protocol
 from controller.sync.cli import _parser
 
@@ -66,3 +67,19 @@ def test_an_s3_mirror_gives_prepare_the_uri_and_the_secrets_variables() -> None:
     prepare = manifest["spec"]["template"]["spec"]["initContainers"][0]
     assert prepare["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert "envFrom" not in manifest["spec"]["template"]["spec"]["containers"][0]  # the ranks never see it
+
+
+def test_a_job_overrides_keep_only_when_its_queue_allows_it() -> None:
+    checkpoints = {"checkpoints": {"enabled": True, "keep": 5}}
+    j = job(overrides={"checkpointsKeep": 2})
+    assert (
+        prepare_args(worker(j, queue(storage=checkpoints, allowOverrides=["checkpointsKeep"])))["keep"] == 2
+    )
+    assert prepare_args(worker(j, queue(storage=checkpoints)))["keep"] == 5  # not allowed: the queue's
+
+
+def test_admission_names_a_keep_override_the_queue_does_not_allow() -> None:
+    q = queue(storage={"checkpoints": {"enabled": True}}, allowOverrides=["image"])
+    errors = validate_job(job(overrides={"checkpointsKeep": 2}), q)
+    assert [e.path for e in errors] == ["spec.overrides.checkpointsKeep"]
+    assert "does not allow overriding checkpointsKeep" in errors[0].message

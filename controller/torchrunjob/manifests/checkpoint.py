@@ -6,7 +6,8 @@
   expected); with the queue's checkpoints volume, `TORCHRUN_CHECKPOINT_DIR` (its mount path: the
   claim is the job's own, so the job's root is the whole volume);
 - what the `prepare` init container needs to choose the checkpoint to resume from (`tools.py`):
-  `--checkpoints <root> --attempt <restart>`, `--keep N` (`storage.checkpoints.keep`) and
+  `--checkpoints <root> --attempt <restart>`, `--keep N` (`storage.checkpoints.keep`, or the job's
+  `overrides.checkpointsKeep` when the queue allows `checkpointsKeep`) and
   `--s3 URI` (`storage.checkpoints.s3`, its Secret as `envFrom`), the checkpoints volume mounted
   at the same path, and `TORCHRUN_NODE_RANK` from the completion index (rank 0 prunes, mirrors
   and reports);
@@ -20,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.api import TorchrunJob, TorchrunQueue
-from controller.torchrunjob.manifests.common import node_rank_env
+from controller.api import Overridable, TorchrunJob, TorchrunQueue
+from controller.torchrunjob.manifests.common import allowed, node_rank_env
 from controller.torchrunjob.manifests.storage import CHECKPOINTS_VOLUME
 from controller.torchrunjob.manifests.tools import PrepareInputs
 
@@ -48,8 +49,16 @@ def worker_checkpoint(job: TorchrunJob, queue: TorchrunQueue, *, restart: int) -
     if cp.enabled:
         env.append({"name": "TORCHRUN_CHECKPOINT_DIR", "value": cp.mount_path})
         args = ["--checkpoints", cp.mount_path, "--attempt", str(restart)]
-        if cp.keep is not None:
-            args += ["--keep", str(cp.keep)]
+        keep = cp.keep
+        overrides = job.spec.overrides
+        if (
+            overrides is not None
+            and overrides.checkpoints_keep
+            and allowed(job, queue, Overridable.CHECKPOINTS_KEEP)
+        ):
+            keep = overrides.checkpoints_keep
+        if keep is not None:
+            args += ["--keep", str(keep)]
         env_from: list[dict[str, Any]] = []
         if cp.s3 is not None:
             args += ["--s3", cp.s3.uri]
