@@ -44,6 +44,11 @@ MSG
 SYNC_IMAGE=()
 if [ -f "$RUN_DIR/realnode/images.env" ]; then
   SYNC_IMAGE=(--sync-image "$(sed -n 's/^CONTROLLER_IMAGE=//p' "$RUN_DIR/realnode/images.env")")
+  # the progress endpoint where the real node's pods reach this host: the node's address, the .1
+  # of its pod subnet (hack/testbed/realnode.sh)
+  subnet=${TORCHRUN_REAL_NODE_SUBNET:-10.199.0.0/24}
+  node_ip="${subnet%.*}.1"
+  SYNC_IMAGE+=(--progress-bind-address "$node_ip:9443" --progress-url "https://$node_ip:9443/v1/progress")
   log "real node realnode-0: queues pin to it with nodeSelector kubernetes.io/hostname=realnode-0 and a"
   log "toleration of torchrun.ai/real-node; its torch image: $(sed -n 's/^TRAIN_IMAGE=//p' "$RUN_DIR/realnode/images.env")"
 fi
