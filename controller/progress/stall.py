@@ -6,7 +6,9 @@ last changed; the job's `stallTimeoutSeconds` (None: never stalled); now. The ru
   stalled, whatever its timeout);
 - no timeout → reporting, never stalled;
 - the newest change of any rank is at least `timeout` old → stalled since that change; every
-  rank is silent (no new record from any rank);
+  rank is silent (no new record from any rank) — unless a worker pod of the attempt started
+  since (`started`: a hot reload or a rank's pod recreated in place): the clock then runs from
+  that start, so a job loading again is not called stalled for the time it was away;
 - else progressing; the ranks silent for `timeout` or longer are named, and `recheck_after` is
   when the stall would begin if nothing changes (a timer, so nobody has to poll).
 Pure: no clock, no I/O; the table in test/unit/test_progress_stall.py is the whole contract.
@@ -51,15 +53,19 @@ class Verdict:
         )
 
 
-def decide(ranks: Sequence[RankState], timeout: int | None, now: datetime) -> Verdict:
-    """The verdict of the module docstring's rules."""
+def decide(
+    ranks: Sequence[RankState], timeout: int | None, now: datetime, started: datetime | None = None
+) -> Verdict:
+    """The verdict of the module docstring's rules; `started`: when the newest worker pod of the
+    attempt started."""
     if not ranks:
         return Verdict(reporting=False)
     if timeout is None:
         return Verdict(reporting=True)
     latest = max(r.changed_at for r in ranks)
+    clock = max(latest, started) if started is not None else latest
     silent = tuple(sorted(r.rank for r in ranks if (now - r.changed_at).total_seconds() >= timeout))
-    left = timeout - (now - latest).total_seconds()
+    left = timeout - (now - clock).total_seconds()
     if left <= 0:
         return Verdict(reporting=True, stalled=True, since=latest, silent=silent)
     return Verdict(reporting=True, silent=silent, recheck_after=left)

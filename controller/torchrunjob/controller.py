@@ -100,7 +100,7 @@ class TorchrunJobReconciler:
         self.pod_groups = pod_groups
         self.actions = Actions(client, self.children, self.etcd, self.workspace)
         self.reporter = StatusReporter(client, recorder)
-        self.progress = ProgressStep(opts.progress)
+        self.progress = ProgressStep(opts.progress, pods)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
 

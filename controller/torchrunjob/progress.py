@@ -7,7 +7,9 @@ only reports from the pods of the worker Job it is given; `controller.progress.s
   the API server sees at most one progress write per job per period however often ranks report;
 - sets `Progressing`: True (`Reporting`, its message naming the published step; left as it is
   while a change is held back) or False (`Stalled`: `progress.stall.decide` — no new record from
-  any rank for the effective `stallTimeoutSeconds`), and a timer for when a stall would begin;
+  any rank for the effective `stallTimeoutSeconds`, counted from the newest start of the
+  attempt's pods when one started since: a hot reload is not a stall), and a timer for when a
+  stall would begin;
 - once the attempt ended (`final`), shows its last record at once (that pass writes the status
   anyway) and stalls no more;
 - answers the attempt's `Outcome` when it stalled and `onStall` is `Restart`: the reconciler
@@ -22,10 +24,11 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from controller.api import ConditionStatus, TorchrunJob, TorchrunQueue, find_condition
+from controller.api import JOB_LABEL, ConditionStatus, TorchrunJob, TorchrunQueue, find_condition, parse_time
 from controller.api import JobConditionType as C
 from controller.api.progress import OnStall, Progress, effective
-from controller.meta import Obj
+from controller.cache import Lister
+from controller.meta import Obj, is_controlled_by
 from controller.progress.stall import RankState, decide
 from controller.progress.store import ProgressStore
 from controller.progress.summary import progress_of
@@ -47,9 +50,10 @@ class ProgressSettings:
 
 
 class ProgressStep:
-    def __init__(self, settings: ProgressSettings) -> None:
+    def __init__(self, settings: ProgressSettings, pods: Lister | None = None) -> None:
         self.store = settings.store
         self.period = settings.period
+        self.pods = pods
         self._lock = threading.Lock()  # guards _published: one pass per key, many keys at once
         self._published: dict[str, datetime] = {}  # when each job's progress was last set
 
@@ -64,7 +68,8 @@ class ProgressStep:
             return None
         policy = effective(job.spec.progress, queue.spec.progress)
         ranks = [RankState(r, rep.record.step, rep.changed_at) for r, rep in sorted(view.ranks.items())]
-        verdict = decide(ranks, None if final else policy.stall_timeout_seconds, p.now)
+        timeout = None if final else policy.stall_timeout_seconds
+        verdict = decide(ranks, timeout, p.now, self.newest_start(job, worker_job))
         desired = progress_of(view)
         published = self.publish(job.key, desired, p, final)
         stored = find_condition(p.status.conditions, C.PROGRESSING)
@@ -94,6 +99,19 @@ class ProgressStep:
             self._published[key] = p.now
         p.set(progress=desired)
         return True
+
+    def newest_start(self, job: TorchrunJob, worker_job: Obj) -> datetime | None:
+        """When the newest live pod of `worker_job` started (None: none has, or no cache)."""
+        if self.pods is None:
+            return None
+        starts = [
+            parse_time(start)
+            for pod in self.pods.list(job.namespace, {JOB_LABEL: job.name})
+            if is_controlled_by(pod, worker_job["metadata"]["uid"])
+            and not pod["metadata"].get("deletionTimestamp")
+            and (start := (pod.get("status") or {}).get("startTime"))
+        ]
+        return max(starts, default=None)
 
     def forget(self, key: str) -> None:
         """The job is gone: its reports and publication time go."""

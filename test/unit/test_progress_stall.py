@@ -50,6 +50,17 @@ def test_stall_decision(
     assert decide(reported, timeout, at(now)) == verdict
 
 
+def test_a_pod_started_since_the_last_change_restarts_the_clock() -> None:
+    reported = ranks((0, 5, 0), (1, 5, 0))
+    assert decide(reported, 60, at(150), started=at(100)) == Verdict(
+        reporting=True, silent=(0, 1), recheck_after=10.0
+    )
+    assert decide(reported, 60, at(160), started=at(100)) == Verdict(
+        reporting=True, stalled=True, since=at(0), silent=(0, 1)
+    )
+    assert decide(reported, 60, at(60), started=at(-30)).stalled  # a start before the change: no delay
+
+
 def test_stalled_message_names_last_step_since_when_and_silent_ranks() -> None:
     reported = ranks((0, 41, 0), (1, 42, 30))
     verdict = decide(reported, 60, at(100))

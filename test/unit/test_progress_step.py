@@ -9,8 +9,9 @@ from typing import Any
 
 from jobspecs import job, queue
 
-from controller.api import ConditionStatus, TorchrunJob, find_condition
+from controller.api import ConditionStatus, TorchrunJob, find_condition, format_time
 from controller.api import JobConditionType as C
+from controller.cache import Indexer, Lister
 from controller.progress.record import Record
 from controller.progress.store import JobView, ProgressStore
 from controller.torchrunjob import lifecycle
@@ -40,9 +41,11 @@ def push(store: ProgressStore, step: int, now: float, *, rank: int = 0, attempt:
 class Passes:
     """Passes of the step over one job, each starting from the status the last one computed."""
 
-    def __init__(self, j: TorchrunJob, period: float = 30, **queue_spec: Any) -> None:
+    def __init__(
+        self, j: TorchrunJob, period: float = 30, pods: Lister | None = None, **queue_spec: Any
+    ) -> None:
         self.store = ProgressStore()
-        self.step = ProgressStep(ProgressSettings(self.store, period))
+        self.step = ProgressStep(ProgressSettings(self.store, period), pods)
         self.job, self.queue = j, queue(**queue_spec)
         self.outcome: st.Outcome | None = None
 
@@ -115,6 +118,32 @@ def test_a_silent_job_stalls_after_the_timeout_with_a_warning_reason_and_no_rest
     p = passes.run(70)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.TRUE, "Reporting")
+
+
+def worker_pod(name: str, started: float, owner: str = "w-1", **meta: Any) -> dict[str, Any]:
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": owner, "controller": True}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {"torchrun-job-name": "j"},
+                     "ownerReferences": [ref], **meta},
+        "status": {"startTime": format_time(at(started))},
+    }  # fmt: skip
+
+
+def test_a_worker_pod_started_after_the_last_record_restarts_the_stall_clock() -> None:
+    pods = Indexer()
+    pods.add(worker_pod("j-0-a", 0))
+    pods.add(worker_pod("j-0-b", 100))  # a hot reload's new pod, still loading
+    pods.add(worker_pod("j-0-c", 140, deletionTimestamp=format_time(at(141))))  # going: not counted
+    pods.add(worker_pod("other", 145, owner="w-0"))  # an earlier attempt's: not counted
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60}), pods=Lister(pods))
+    push(passes.store, 7, 0)
+    p = passes.run(150)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.status is ConditionStatus.TRUE  # 150 s silent, but loading since 100
+    assert 10.0 in p.timers  # 60 s from the start at 100
+    p = passes.run(160)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.reason == "Stalled"
 
 
 def test_the_queue_default_restarts_a_stalled_job_as_a_failed_attempt() -> None:
