@@ -122,7 +122,7 @@ class ProgressStep:
 
 
 def reporting_message(progress: Progress | None) -> str:
-    """Progressing=True's message: the step shown in the status and who reported it when."""
+    """Progressing=True's message: the step shown in the status and the rank that reported it."""
     if progress is None:
         return "progress reported"
     step = "no step" if progress.step is None else f"step {progress.step}"
