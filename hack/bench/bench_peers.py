@@ -19,7 +19,8 @@ audit log per job: the subject's own (by user agent) and every write in the name
 submits included, but not the test bed node agent's (a kwok `Logs` per worker pod of ours: no
 real cluster makes it); peak RSS and CPU seconds of the controller process (from submit to
 quiet) and the CPU seconds kube-controller-manager spent meanwhile. `--diagnose` adds this
-controller with its own client limit out of the way (QPS 500 / burst 1000), to show what bounds it.
+controller with its own client limit out of the way (QPS 500 / burst 1000), and with 4× the
+workers at the same client limit, to show what bounds it.
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
 variants) against N PyTorchJobs, before any workload.
 
@@ -134,14 +135,28 @@ def _start_torchrun_unthrottled(s: Setup, ns: str) -> Any:
     return proc
 
 
+def _start_torchrun_more_workers(s: Setup, ns: str) -> Any:
+    log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
+    proc, _ = start_torchrun_controller(
+        s.kubeconfig, ns, threadiness=4 * s.threads, qps=s.qps, burst=s.burst, log=log
+    )
+    return proc
+
+
 SUBJECTS = (
     Subject("training-operator", TRAINING_OPERATOR_USER_AGENT, _start_training_operator, _make_pytorchjob),
     Subject("torchrun-controller", TORCHRUN_USER_AGENT, _start_torchrun, _make_torchrunjob),
     Subject("ceiling (Jobs + Services)", BENCH_USER_AGENT, None, lambda s, ns: plain_maker(s.rest, ns)),
 )
-# --diagnose: ours with its own client limit out of the way (500 / 1000), to see what bounds it
-UNTHROTTLED = Subject(
-    "torchrun-controller@500/1000", TORCHRUN_USER_AGENT, _start_torchrun_unthrottled, _make_torchrunjob
+# --diagnose: ours with its own client limit out of the way (500 / 1000), and with 4× the workers
+# at the same client limit, to see what bounds it
+DIAGNOSTICS = (
+    Subject(
+        "torchrun-controller@500/1000", TORCHRUN_USER_AGENT, _start_torchrun_unthrottled, _make_torchrunjob
+    ),
+    Subject(
+        "torchrun-controller@4×workers", TORCHRUN_USER_AGENT, _start_torchrun_more_workers, _make_torchrunjob
+    ),
 )
 
 
@@ -167,7 +182,8 @@ def wait_job_controller(s: Setup, ns: str = "kcm-probe") -> None:
 
 def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any]:
     """W1 for one subject at one kube-controller-manager setting, in a fresh namespace deleted after."""
-    ns = f"w1-{subject.name.split()[0].replace('@', '-').replace('/', '-')}-{kcm[0]}"
+    slug = subject.name.split()[0].replace("@", "-").replace("/", "-").replace("×", "x")
+    ns = f"w1-{slug}-{kcm[0]}"
     s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     proc = subject.start(s, ns) if subject.start else None
     try:
@@ -287,7 +303,7 @@ def main() -> None:
     args = ap.parse_args()
     to_home = build_training_operator()
     settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
-    subjects = (*SUBJECTS, UNTHROTTLED) if args.diagnose else SUBJECTS
+    subjects = (*SUBJECTS, *DIAGNOSTICS) if args.diagnose else SUBJECTS
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
         rest = RESTClient(
