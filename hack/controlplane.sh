@@ -201,8 +201,19 @@ start_scheduler() {
 install_cluster_objects() {  # what kwok and the node agent need before they start
   "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply --server-side -f "$KWOK_BIN/crds" \
     -f "$HACK_DIR/testbed/storageclass.yaml" >/dev/null
-  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Established --timeout=60s \
-    "${KWOK_CRDS[@]/#/crd/}" >/dev/null
+  wait_established "${KWOK_CRDS[@]/#/crd/}"
+}
+
+# `kubectl wait --for=condition=Established` fails at once (".status.conditions accessor error:
+# <nil>") on a CRD so new that its status has no conditions yet, instead of waiting: try again.
+wait_established() {  # CRD references (crd/<name>), or `crd --all`
+  local try
+  for try in 1 2 3 4 5 6 7 8 9 10 11; do
+    "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Established --timeout=10s "$@" \
+      >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Established --timeout=10s "$@" >/dev/null
 }
 
 testbed_python() {  # the Python that runs the node agent from this checkout (TORCHRUN_PYTHON first)

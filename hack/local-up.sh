@@ -23,7 +23,12 @@ export KUBECONFIG="$KUBECONFIG_PATH"
 KUBECTL="$KUBE_BIN/kubectl"
 if [ -d crd ] && ls crd/*.yaml >/dev/null 2>&1; then
   "$KUBECTL" apply --server-side -f crd/ >/dev/null
-  "$KUBECTL" wait --for=condition=Established crd --all --timeout=60s >/dev/null
+  # kubectl wait fails at once on a CRD whose status has no conditions yet: try again
+  for _ in 1 2 3 4 5 6 7 8 9 10 11; do
+    "$KUBECTL" wait --for=condition=Established crd --all --timeout=10s >/dev/null 2>&1 && break
+    sleep 1
+  done
+  "$KUBECTL" wait --for=condition=Established crd --all --timeout=10s >/dev/null
   log "CRDs installed"
 fi
 

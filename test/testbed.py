@@ -156,6 +156,20 @@ class Cluster:
         ns = ["-n", namespace] if namespace else []
         return self.kubectl("apply", "--server-side", "--force-conflicts", *ns, "-f", "-", input=text).stdout
 
+    def wait_established(self, *names: str, timeout: float = 60) -> None:
+        """Return once every CRD named (`crd/<name>` or `<name>`; none: every CRD) has
+        `Established=True`. Not `kubectl wait --for=condition=Established`: for a CRD created a
+        moment ago, whose status has no conditions yet, kubectl fails at once with
+        `.status.conditions accessor error: <nil>` instead of waiting (seen in a test run)."""
+        refs = [n if n.startswith("crd/") else f"crd/{n}" for n in names] or ["crd"]
+
+        def established() -> bool:
+            listed = self.get(*refs)
+            items = listed["items"] if listed.get("kind") == "List" else [listed]
+            return all((condition(crd, "Established") or {}).get("status") == "True" for crd in items)
+
+        wait_until(established, timeout=timeout, interval=0.2, message=f"{' '.join(refs)} to be Established")
+
     def delete_namespace(self, name: str, timeout: float = 110) -> None:
         """Delete namespace `name` and return once none of its pods holds a node; everything else in
         it is removed in the background. Pods still on a node after `timeout` seconds fail the

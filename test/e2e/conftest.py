@@ -20,7 +20,7 @@ from testbed import REPO, Cluster, controller_program
 @pytest.fixture(scope="session")
 def e2e_crds(cluster: Cluster) -> Path:
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cluster.wait_established()
     return REPO / "crd"
 
 

@@ -116,7 +116,7 @@ def real() -> Iterator[RealNode]:
             run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl_binary()
         )
         cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        cluster.wait_established()
         yield RealNode(cluster, env, images, before)
     finally:
         subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=300)

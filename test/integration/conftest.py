@@ -23,7 +23,7 @@ from controller.metrics.registry import ControllerMetrics
 @pytest.fixture(scope="session")
 def crds(cluster: Cluster) -> Path:
     cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cluster.wait_established()
     return REPO / "crd"
 
 

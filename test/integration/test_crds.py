@@ -28,7 +28,7 @@ def crds(cluster: Cluster) -> Cluster:
     """`kubectl apply -f crd/`, exactly as the README says, then wait until the API serves them."""
     cluster.kubectl("apply", "-f", str(REPO / "crd"))
     crd_refs = [f"crd/{name}" for name in CRD_NAMES]
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crd_refs)
+    cluster.wait_established(*crd_refs)
     wait_until(
         lambda: cluster.kubectl("get", "tq,tj", "-A", check=False).returncode == 0,
         timeout=30,

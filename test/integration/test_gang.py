@@ -115,7 +115,7 @@ def scheduler_plugins(
     crds = Path(proc.stdout.strip().split("=", 1)[1])
     names = crd_names(crds)
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
-    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in names), "--timeout=60s")
+    cluster.wait_established(*names)
 
     work = tmp_path_factory.mktemp("scheduler-plugins")
     # the module's own configuration for Coscheduling; only its profile's name and the kubeconfig
@@ -187,7 +187,7 @@ def volcano(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     crds = Path(proc.stdout.strip().split("=", 1)[1])
     names = crd_names(crds)
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
-    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in names), "--timeout=60s")
+    cluster.wait_established(*names)
     # the queue every Volcano PodGroup of ours names (manifests/podgroup.py)
     queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"}}
     cluster.apply({**queue, "spec": {"weight": 1, "reclaimable": True}})

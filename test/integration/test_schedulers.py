@@ -72,7 +72,7 @@ def scheduler_apis(cluster: Cluster, scheduler_crds: dict[str, Path]) -> Iterato
     names = [n for d in scheduler_crds.values() for n in crd_names(d)]
     for directory in scheduler_crds.values():
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
-    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in names), "--timeout=60s")
+    cluster.wait_established(*names)
     try:
         yield {k: (d / "SOURCE").read_text().strip() for k, d in scheduler_crds.items()}
     finally:

@@ -128,7 +128,7 @@ def seed_cluster(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPath
     kai_crds = crd_names(kai_dir)
     installed = [n for n in kai_crds if cluster.kubectl("get", "crd", n, check=False).returncode != 0]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(kai_dir))
-    cluster.kubectl("wait", "--for=condition=Established", *(f"crd/{n}" for n in kai_crds), "--timeout=60s")
+    cluster.wait_established(*kai_crds)
     for name in PRIORITY_CLASSES:
         body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
         cluster.apply({**body, "value": 1000})
