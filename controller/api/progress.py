@@ -69,10 +69,12 @@ class Debug:
     """Debugging tools the queue's jobs get."""
 
     stack_dumps: bool = field(
-        default=True,
+        default=False,
         metadata=api(
             "kubectl torchrun stack may dump the ranks' Python stacks (py-spy in the reporter "
-            "sidecar, which gets SYS_PTRACE; the training container never does)."
+            "sidecar, which then runs as root with SYS_PTRACE; the training container never does). "
+            "Off by default: Pod Security's baseline and restricted levels (and OpenShift's "
+            "restricted SCC) refuse such a container, and the worker Job could not create its pods."
         ),
     )
 

@@ -25,8 +25,11 @@ TIMEOUT = 120.0
 def stack_command(kube: Kube, console: Console, name: str, rank: int | None) -> int:
     job = get_job(kube, name)
     queue = get_queue(kube, (job.get("spec") or {}).get("jobQueue", "")) or {}
-    if ((queue.get("spec") or {}).get("debug") or {}).get("stackDumps") is False:
-        raise PluginError(f"queue {queue['metadata']['name']} disables stack dumps (debug.stackDumps: false)")
+    if ((queue.get("spec") or {}).get("debug") or {}).get("stackDumps") is not True:
+        raise PluginError(
+            f"queue {queue['metadata']['name']} does not allow stack dumps "
+            "(a platform engineer sets debug.stackDumps: true on it; new pods get it)"
+        )
     pods = running_workers(job_pods(kube, name, role="worker"), rank)
     if not pods:
         which = f"rank {rank}" if rank is not None else "any rank"

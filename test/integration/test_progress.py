@@ -66,7 +66,9 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     ns = f"t-{uuid.uuid4().hex[:8]}"
     queue = f"q-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", ns)
-    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}))
+    cluster.apply(
+        queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}, debug={"stackDumps": True})
+    )
     logs = tmp_path_factory.mktemp("progress")
     with contextlib.ExitStack() as stack:
         leader = stack.enter_context(_replica(cluster, ns, logs, "replica-a"))
@@ -368,12 +370,12 @@ def stack(cluster: Cluster, ns: str, *args: str) -> tuple[int, str, str]:
 
 
 def test_stack_answers_in_one_line_when_it_cannot_dump(cluster: Cluster, bed: Bed) -> None:
-    """No such job, a queue that disables stack dumps, no running worker for the rank: each is
-    one line and a non-zero exit, nothing on stdout."""
+    """No such job, a queue that does not allow stack dumps (the default), no running worker for
+    the rank: each is one line and a non-zero exit, nothing on stdout."""
     ns = bed.namespace
     locked = f"q-{uuid.uuid4().hex[:6]}"
     cluster.apply(
-        queue_manifest(locked, "run", nodeResources={"gpus": 0, "cpus": "10m"}, debug={"stackDumps": False})
+        queue_manifest(locked, "run", nodeResources={"gpus": 0, "cpus": "10m"})  # off by default
     )
     try:
         make_job(cluster, ns, locked, "locked", numNodes=1)
@@ -385,7 +387,7 @@ def test_stack_answers_in_one_line_when_it_cannot_dump(cluster: Cluster, bed: Be
             "no rank 3": stack(cluster, ns, "open", "--rank", "3"),
         }
         assert "nosuchjob" in answers["missing"][2]
-        assert f"queue {locked} disables stack dumps (debug.stackDumps: false)" in answers["locked"][2]
+        assert f"queue {locked} does not allow stack dumps" in answers["locked"][2]
         assert "job open has no running worker pod for rank 3" in answers["no rank 3"][2]
         for case, (code, out, err) in answers.items():
             assert code != 0 and out == "" and len(err.strip().splitlines()) == 1, (case, out, err)

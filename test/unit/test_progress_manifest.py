@@ -58,11 +58,14 @@ def test_the_endpoint_and_its_ca_reach_the_reporter() -> None:
 
 
 def test_only_the_sidecar_may_ptrace_and_only_when_the_queue_allows_stack_dumps() -> None:
-    pod = pod_of(worker(job(), queue()))
+    pod = pod_of(worker(job(), queue(debug={"stackDumps": True})))
     security = sidecar(pod)["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
     assert security["allowPrivilegeEscalation"] is False
     trainer = pod["containers"][0].get("securityContext") or {}
     assert "capabilities" not in trainer or "SYS_PTRACE" not in str(trainer["capabilities"])
-    locked = sidecar(pod_of(worker(job(), queue(debug={"stackDumps": False}))))["securityContext"]
-    assert locked["capabilities"] == {"drop": ["ALL"]} and locked["runAsNonRoot"] is True
+    for off in (queue(), queue(debug={}), queue(debug={"stackDumps": False})):  # off by default
+        locked = sidecar(pod_of(worker(job(), off)))["securityContext"]
+        assert locked["capabilities"] == {"drop": ["ALL"]} and locked["runAsNonRoot"] is True
+        assert locked["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert locked["allowPrivilegeEscalation"] is False

@@ -13,10 +13,12 @@
   service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
   by the kubelet), verifying the endpoint with `ReporterSettings.ca` when the controller has one;
 - `shareProcessNamespace: true`, so `kubectl torchrun stack` can run py-spy in the sidecar
-  against the training processes. With the queue's `debug.stackDumps` (the default) only the
-  sidecar gets `SYS_PTRACE` (as UID 0, every other capability dropped: ptrace of another user's
-  process needs the capability in effect, which a non-root container never has); without it the
-  sidecar runs as 65532 with no capability. The torchrun container never gets one.
+  against the training processes. With the queue's `debug.stackDumps: true` (off by default:
+  Pod Security's baseline and restricted levels refuse the capability) only the sidecar gets
+  `SYS_PTRACE` (as UID 0, every other capability dropped: ptrace of another user's process
+  needs the capability in effect, which a non-root container never has); without it the
+  sidecar runs as 65532 with no capability and the RuntimeDefault seccomp profile, as Pod
+  Security's `restricted` level asks. The torchrun container never gets one.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class ReporterSettings:
 
 
 def stack_dumps_allowed(queue: TorchrunQueue) -> bool:
-    return queue.spec.debug is None or queue.spec.debug.stack_dumps
+    """Only a queue that says `debug.stackDumps: true` gets a ptrace-capable sidecar (module doc)."""
+    return queue.spec.debug is not None and queue.spec.debug.stack_dumps
 
 
 def reporter_container(
@@ -79,6 +82,7 @@ def reporter_container(
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},  # all Pod Security `restricted` asks of it
         }
     return {
         "name": REPORTER_CONTAINER,
