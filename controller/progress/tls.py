@@ -13,6 +13,7 @@ docs/design/progress.md says what that costs and why it is bounded.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import ssl
 import tempfile
@@ -51,12 +52,13 @@ def ca_bundle(cert_dir: str | None) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def self_signed(days: int = 365) -> tuple[bytes, bytes]:
-    """A self-signed certificate and its private key, both PEM."""
+def self_signed(days: int = 365, subject: str = SUBJECT, ips: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
+    """A self-signed certificate and its private key, both PEM. With `ips` it names those
+    addresses (subjectAltName) and is its own CA, so a client can verify against it."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SUBJECT)])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -64,8 +66,12 @@ def self_signed(days: int = 365) -> tuple[bytes, bytes]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .sign(key, hashes.SHA256())
     )
+    if ips:
+        sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), False)
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+    cert = builder.sign(key, hashes.SHA256())
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )

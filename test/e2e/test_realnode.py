@@ -192,11 +192,18 @@ def plugin_run(real: RealNode, namespace: str, project: Path, *args: str) -> sub
     )
 
 
-def project_with_train(tmp_path: Path) -> Path:
+def project_with_train(tmp_path: Path, program: Path = TRAIN) -> Path:
+    """A project directory holding the training program `program` under its own name."""
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(TRAIN, project / "train.py")
+    shutil.copy(program, project / program.name)
     return project
+
+
+def job_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """The TorchrunJob's status as the API server has it now ({} before the first write)."""
+    got: dict[str, Any] = cluster.get("torchrunjob", name, "-n", namespace).get("status") or {}
+    return got
 
 
 def pods(cluster: Cluster, ns: str, job: str, role: str) -> list[dict[str, Any]]:
@@ -405,15 +412,12 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
         },
         namespace,
     )
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(TRAIN_CHECKPOINT, project / "train_checkpoint.py")
+    project = project_with_train(tmp_path, TRAIN_CHECKPOINT)
     proc = plugin_run(real, namespace, project, "sync", "resume", "--detach")
     assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
 
     def status() -> dict[str, Any]:
-        got: dict[str, Any] = cluster.get("torchrunjob", "resume", "-n", namespace).get("status") or {}
-        return got
+        return job_status(cluster, namespace, "resume")
 
     def resumed_at(attempt: int, path: str) -> dict[str, Any] | None:
         cp = status().get("checkpoint") or {}
@@ -551,15 +555,12 @@ def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_s
         },
         namespace,
     )
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(TRAIN_PROGRESS, project / "train_progress.py")
+    project = project_with_train(tmp_path, TRAIN_PROGRESS)
     proc = plugin_run(real, namespace, project, "sync", "prog", "--detach")
     assert proc.returncode == 0, f"{proc.stderr}\n{progress_controller.read_text()[-3000:]}"
 
     def status() -> dict[str, Any]:
-        got: dict[str, Any] = cluster.get("torchrunjob", "prog", "-n", namespace).get("status") or {}
-        return got
+        return job_status(cluster, namespace, "prog")
 
     steps: list[int] = []
 
@@ -689,9 +690,7 @@ def test_a_lost_volume_resumes_from_the_s3_mirror(
     )
     mirror = {"uri": "s3://ckpt/mirror/", "secret": "s3"}
     queue = checkpoint_queue(real, f"s3-{namespace}", keep=2, persist=True, s3=mirror)
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(TRAIN_CHECKPOINT, project / "train_checkpoint.py")
+    project = project_with_train(tmp_path, TRAIN_CHECKPOINT)
 
     def run(command: str) -> dict[str, Any]:
         spec = {
@@ -704,7 +703,7 @@ def test_a_lost_volume_resumes_from_the_s3_mirror(
         assert proc.returncode == 0, proc.stderr
 
         def finished() -> dict[str, Any] | None:
-            status: dict[str, Any] = cluster.get("torchrunjob", "s3job", "-n", namespace).get("status") or {}
+            status = job_status(cluster, namespace, "s3job")
             return status if status.get("phase") in ("Succeeded", "Failed") else None
 
         status = wait_until(finished, 300, interval=1, message="job s3job finished")

@@ -4,8 +4,6 @@ on the control plane, test/integration/test_progress.py)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import itertools
 import json
 import socket
@@ -16,16 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from testbed import wait_until
 
 from controller.progress.record import Record
 from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, https_sender, metric_lines, run
 from controller.progress.stack import python_processes
-from controller.progress.tls import ca_bundle, server_context
+from controller.progress.tls import ca_bundle, self_signed, server_context
 
 
 def test_pushes_follow_changes_heartbeats_and_backoff() -> None:
@@ -164,27 +158,8 @@ def test_the_sidecar_tails_serves_metrics_and_pushes_with_the_token(tmp_path: Pa
 
 def certificate_for_loopback() -> tuple[str, bytes]:
     """A self-signed certificate for IP 127.0.0.1 (its own CA) and its key, PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "loopback")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+    cert, key = self_signed(days=1, subject="loopback", ips=("127.0.0.1",))
+    return cert.decode(), key
 
 
 def test_with_the_controllers_ca_the_reporter_verifies_the_endpoint(tmp_path: Path) -> None:
