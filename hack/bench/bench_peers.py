@@ -18,7 +18,9 @@ submit → first pod and submit → all pods Running (p50 / p99); writes at the 
 audit log per job: the subject's own (by user agent) and every write in the namespace, the
 submits included, but not the test bed node agent's (a kwok `Logs` per worker pod of ours: no
 real cluster makes it); peak RSS and CPU seconds of the controller process (from submit to
-quiet) and the CPU seconds kube-controller-manager spent meanwhile. `--diagnose` adds this
+quiet) and the CPU seconds kube-controller-manager spent meanwhile; and our controller's own
+account of its passes (its /metrics): passes per job, mean pass time and queue wait, and how long
+its client waited for its QPS limit. `--diagnose` adds this
 controller with its own client limit out of the way (QPS 500 / burst 1000), and with 4× the
 workers at the same client limit, to show what bounds it.
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
@@ -34,7 +36,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ from controllers import (
     TORCHRUN_USER_AGENT,
     TRAINING_OPERATOR_USER_AGENT,
     build_training_operator,
+    pass_profile,
     prepare_training_operator,
     pytorchjob,
     start_torchrun_controller,
@@ -87,6 +90,7 @@ class Setup:
     threads: int
     qps: int
     burst: int
+    metrics_ports: dict[int, int] = field(default_factory=dict)  # our controller's, by its pid
 
 
 @dataclass
@@ -107,12 +111,17 @@ def _start_training_operator(s: Setup, ns: str) -> Any:
     )
 
 
-def _start_torchrun(s: Setup, ns: str) -> Any:
+def _torchrun(s: Setup, ns: str, threads: int, qps: int, burst: int) -> Any:
     log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
-    proc, _ = start_torchrun_controller(
-        s.kubeconfig, ns, threadiness=s.threads, qps=s.qps, burst=s.burst, log=log
+    proc, port = start_torchrun_controller(
+        s.kubeconfig, ns, threadiness=threads, qps=qps, burst=burst, log=log
     )
+    s.metrics_ports[proc.pid] = port
     return proc
+
+
+def _start_torchrun(s: Setup, ns: str) -> Any:
+    return _torchrun(s, ns, s.threads, s.qps, s.burst)
 
 
 def _make_pytorchjob(s: Setup, ns: str) -> Callable[[str], None]:
@@ -130,17 +139,11 @@ def _make_torchrunjob(s: Setup, ns: str) -> Callable[[str], None]:
 
 
 def _start_torchrun_unthrottled(s: Setup, ns: str) -> Any:
-    log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
-    proc, _ = start_torchrun_controller(s.kubeconfig, ns, threadiness=s.threads, qps=500, burst=1000, log=log)
-    return proc
+    return _torchrun(s, ns, s.threads, 500, 1000)
 
 
 def _start_torchrun_more_workers(s: Setup, ns: str) -> Any:
-    log = s.kubeconfig.parent / "logs" / f"torchrun-controller-{ns}.log"
-    proc, _ = start_torchrun_controller(
-        s.kubeconfig, ns, threadiness=4 * s.threads, qps=s.qps, burst=s.burst, log=log
-    )
-    return proc
+    return _torchrun(s, ns, 4 * s.threads, s.qps, s.burst)
 
 
 SUBJECTS = (
@@ -214,6 +217,9 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
             "rss_mib": rss_kib(proc.pid, "VmHWM") / 1024 if proc else None,
             "cpu_s": cpu_seconds(proc.pid) - cpu0 if proc else None,
             "kcm_cpu_s": cpu_seconds(kcm_pid) - kcm0,
+            "passes": pass_profile(s.metrics_ports[proc.pid], s.jobs)
+            if proc and proc.pid in s.metrics_ports
+            else None,
         }
     finally:
         if proc:
@@ -261,6 +267,17 @@ def burst_table(
     headers += ["→1st pod p50/p99 s"]
     headers += ["→Running p50/p99 s", "own w/job", "all w/job", "RSS MiB", "CPU s", "kcm CPU s"]
     return table(headers, rows)
+
+
+def passes_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """Our controller's own account of its passes (its /metrics), for the runs that have one."""
+    rows = [
+        [setting, subject, *(f"{v:.1f}" for v in r["passes"].values())]
+        for (setting, subject), r in results.items()
+        if r.get("passes")
+    ]
+    headers = ["kcm client", "subject", "passes / job", "pass ms (mean)", "queue wait ms (mean)"]
+    return table([*headers, "client-limit wait s (total)"], rows)
 
 
 def writers_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
@@ -337,6 +354,8 @@ def main() -> None:
     print(burst_table(results, list(settings), subjects))
     print()
     print(writers_table(results))
+    print()
+    print(passes_table(results))
     if measured:
         print(f"\nadmission: kubectl create -f of {args.jobs} objects, no controller watching\n")
         print(admission_table(measured, args.jobs))

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -166,4 +167,36 @@ def pytorchjob(name: str) -> dict[str, Any]:
         "kind": "PyTorchJob",
         "metadata": {"name": name},
         "spec": {"pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}},
+    }
+
+
+def _metric_sums(text: str, label: str) -> dict[str, float]:
+    """Prometheus text: the sum of every sample per metric name, over the samples whose labels
+    contain `label` (a `name="value"` pair)."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line or label not in line:
+            continue
+        name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
+
+
+def pass_profile(metrics_port: int, jobs: int) -> dict[str, float]:
+    """How our controller spent its TorchrunJob passes so far, from its /metrics: passes per job,
+    mean pass and queue-wait milliseconds, and seconds its client waited for its QPS limit."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    ours = _metric_sums(text, 'controller="torchrunjob"')
+    queue = _metric_sums(text, 'name="torchrunjob"')
+    limiter = _metric_sums(text, "verb=")
+
+    def mean_ms(sums: dict[str, float], metric: str) -> float:
+        return 1000 * sums.get(f"{metric}_sum", 0.0) / max(1.0, sums.get(f"{metric}_count", 0.0))
+
+    return {
+        "passes_per_job": ours.get("controller_reconcile_total", 0.0) / jobs,
+        "pass_ms": mean_ms(ours, "controller_reconcile_duration_seconds"),
+        "queue_ms": mean_ms(queue, "workqueue_queue_duration_seconds"),
+        "limiter_s": limiter.get("rest_client_rate_limiter_duration_seconds_sum", 0.0),
     }
