@@ -134,7 +134,7 @@ def checkpoints_command(kube: Kube, console: Console, name: str) -> int:
         raise PluginError(f"job {name} has no worker Job yet: its checkpoints volume is not known")
     pod = listing_pod(job, worker_job, secrets.token_hex(3)[:5])
     pod_name = pod["metadata"]["name"]
-    kube.create(PODS, pod, kube.namespace, field_manager=USER_AGENT)
+    uid = kube.create(PODS, pod, kube.namespace, field_manager=USER_AGENT)["metadata"]["uid"]
     try:
         ended = _wait(kube, pod_name)
         text = b"".join(kube.open_lines(PODS, pod_name, "log", {"container": "list"})).decode(
@@ -144,9 +144,10 @@ def checkpoints_command(kube: Kube, console: Console, name: str) -> int:
             raise PluginError(f"pod {pod_name} could not list the checkpoints: {text.strip()[-500:]}")
     finally:
         try:
-            kube.delete(PODS, pod_name, kube.namespace, grace_period_seconds=0)
+            # the pod this call created, and no other of its name (UID precondition: 409 if replaced)
+            kube.delete(PODS, pod_name, kube.namespace, grace_period_seconds=0, uid=uid)
         except ApiError as exc:
-            if not exc.not_found:
+            if not (exc.not_found or exc.conflict):
                 raise
     items = from_json(text.strip().splitlines()[-1] if text.strip() else "")
     console.line(listing_table(items) if items else f"no checkpoints in job {name}'s volume")
