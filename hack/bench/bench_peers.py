@@ -68,6 +68,16 @@ from controllers import (
     start_training_operator,
     stop,
 )
+from trainer import (
+    JOBSET_USER_AGENT,
+    TRAINER_USER_AGENT,
+    TRAINJOBS,
+    TrainerPeer,
+    build_trainer,
+    prepare_trainer,
+    start_trainer,
+    trainjob,
+)
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.rest import RESTClient, load_config
@@ -91,17 +101,20 @@ class Setup:
     qps: int
     burst: int
     metrics_ports: dict[int, int] = field(default_factory=dict)  # our controller's, by its pid
+    trainer_home: Path | None = None  # hack/testbed/build-trainer.sh's, when Trainer v2 runs
 
 
 @dataclass
 class Subject:
     """One way of running the burst: its name, the user agent its writes carry, how to start its
-    controller for a namespace (None: no controller), how to submit one job."""
+    controller for a namespace (None: no controller), how to submit one job; `also`: the user
+    agents of its other controllers (Trainer v2's JobSet), whose writes are its own too."""
 
     name: str
     agent: str
     start: Callable[[Setup, str], Any] | None
     make: Callable[[Setup, str], Callable[[str], None]]
+    also: tuple[str, ...] = ()
 
 
 def _start_training_operator(s: Setup, ns: str) -> Any:
@@ -138,6 +151,22 @@ def _make_torchrunjob(s: Setup, ns: str) -> Callable[[str], None]:
     return make
 
 
+def _start_trainer(s: Setup, ns: str) -> TrainerPeer:
+    assert s.trainer_home, "Trainer v2 was not built"
+    log = s.kubeconfig.parent / "logs" / f"trainer-{ns}.log"
+    work = s.kubeconfig.parent / f"trainer-{ns}"
+    return start_trainer(
+        s.kubeconfig, s.rest, s.trainer_home, work, threads=s.threads, qps=s.qps, burst=s.burst, log=log
+    )
+
+
+def _make_trainjob(s: Setup, ns: str) -> Callable[[str], None]:
+    def make(name: str) -> None:
+        s.rest.create(TRAINJOBS, trainjob(name), ns)
+
+    return make
+
+
 def _start_torchrun_unthrottled(s: Setup, ns: str) -> Any:
     return _torchrun(s, ns, s.threads, 500, 1000)
 
@@ -146,10 +175,18 @@ def _start_torchrun_more_workers(s: Setup, ns: str) -> Any:
     return _torchrun(s, ns, 4 * s.threads, s.qps, s.burst)
 
 
+TRAINING_OPERATOR, CEILING = "training-operator", "ceiling (Jobs + Services)"
 SUBJECTS = (
-    Subject("training-operator", TRAINING_OPERATOR_USER_AGENT, _start_training_operator, _make_pytorchjob),
+    Subject(TRAINING_OPERATOR, TRAINING_OPERATOR_USER_AGENT, _start_training_operator, _make_pytorchjob),
+    Subject(
+        "Trainer v2 (TrainJob + JobSet)",
+        TRAINER_USER_AGENT,
+        _start_trainer,
+        _make_trainjob,
+        (JOBSET_USER_AGENT,),
+    ),
     Subject("torchrun-controller", TORCHRUN_USER_AGENT, _start_torchrun, _make_torchrunjob),
-    Subject("ceiling (Jobs + Services)", BENCH_USER_AGENT, None, lambda s, ns: plain_maker(s.rest, ns)),
+    Subject(CEILING, BENCH_USER_AGENT, None, lambda s, ns: plain_maker(s.rest, ns)),
 )
 # --diagnose: ours with its own client limit out of the way (500 / 1000), and with 4× the workers
 # at the same client limit, to see what bounds it
@@ -161,6 +198,22 @@ DIAGNOSTICS = (
         "torchrun-controller@4×workers", TORCHRUN_USER_AGENT, _start_torchrun_more_workers, _make_torchrunjob
     ),
 )
+
+
+def subject_key(subject: Subject) -> str:
+    """A subject's name for --subjects: the first word of its name, lower case, without
+    `-controller` (training-operator, trainer, torchrun, ceiling)."""
+    return subject.name.split()[0].lower().removesuffix("-controller")
+
+
+def select_subjects(ap: argparse.ArgumentParser, names: str, diagnose: bool) -> tuple[Subject, ...]:
+    """The subjects `--subjects` names (comma-separated keys), then the diagnostics if asked."""
+    keys = [subject_key(subject) for subject in SUBJECTS]
+    chosen = set(names.split(","))
+    if chosen - set(keys):
+        ap.error(f"--subjects: unknown {', '.join(sorted(chosen - set(keys)))} (known: {', '.join(keys)})")
+    subjects = tuple(subject for subject in SUBJECTS if subject_key(subject) in chosen)
+    return subjects + (DIAGNOSTICS if diagnose else ())
 
 
 def _kcm_pid(kubeconfig: Path) -> int:
@@ -183,17 +236,25 @@ def wait_job_controller(s: Setup, ns: str = "kcm-probe") -> None:
     kubectl(s.kubeconfig, "delete", "namespace", ns, "--timeout=600s")
 
 
+def _processes(started: Any) -> dict[str, Any]:
+    """The controller processes a subject started, by program (Trainer v2 runs two)."""
+    if isinstance(started, TrainerPeer):
+        return dict(started.processes)
+    return {"": started} if started else {}
+
+
 def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any]:
     """W1 for one subject at one kube-controller-manager setting, in a fresh namespace deleted after."""
-    slug = subject.name.split()[0].replace("@", "-").replace("/", "-").replace("×", "x")
+    slug = subject.name.split()[0].lower().replace("@", "-").replace("/", "-").replace("×", "x")
     ns = f"w1-{slug}-{kcm[0]}"
     s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     proc = subject.start(s, ns) if subject.start else None
+    procs = _processes(proc)
     try:
         pods = Arrivals(s.rest, PODS, ns)
         window = Window(s.kubeconfig.parent, ns)
         kcm_pid = _kcm_pid(s.kubeconfig)
-        cpu0, kcm0 = (cpu_seconds(proc.pid) if proc else 0.0), cpu_seconds(kcm_pid)
+        cpu0, kcm0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}, cpu_seconds(kcm_pid)
         sent = submit(subject.make(s, ns), s.jobs)
         submitted = time.perf_counter()
         end = wait_pods_running(pods, 2 * s.jobs)
@@ -202,9 +263,13 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
         first = per_job(pods.times, min)
         running = per_job(pods.running, max)
         agents = by_agent(writes)
-        own = sum(n for a, n in agents.items() if a.startswith(subject.agent.rstrip("/")))
+        mine = tuple(agent.rstrip("/") for agent in (subject.agent, *subject.also))
+        own = sum(n for a, n in agents.items() if a.startswith(mine))
         cluster = sum(n for a, n in agents.items() if a not in TESTBED_AGENTS)
         submits = [server_seconds(e) for e in writes if e.get("userAgent") == BENCH_USER_AGENT]
+        rss = {k: rss_kib(p.pid, "VmHWM") / 1024 for k, p in procs.items()}
+        cpu = {k: cpu_seconds(p.pid) - cpu0[k] for k, p in procs.items()}
+        metrics = s.metrics_ports.get(getattr(proc, "pid", -1))  # ours only
         return {
             "jobs_per_s": s.jobs / (end - min(sent.values())),
             "submit_s": submitted - min(sent.values()),
@@ -214,15 +279,16 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
             "own_writes": own / s.jobs,
             "writes": cluster / s.jobs,
             "agents": {a: n / s.jobs for a, n in agents.most_common()},
-            "rss_mib": rss_kib(proc.pid, "VmHWM") / 1024 if proc else None,
-            "cpu_s": cpu_seconds(proc.pid) - cpu0 if proc else None,
+            "rss_mib": sum(rss[k] for k in procs) if procs else None,
+            "cpu_s": sum(cpu[k] for k in procs) if procs else None,
+            "parts": {k: (rss[k], cpu[k]) for k in procs} if len(procs) > 1 else None,
             "kcm_cpu_s": cpu_seconds(kcm_pid) - kcm0,
-            "passes": pass_profile(s.metrics_ports[proc.pid], s.jobs)
-            if proc and proc.pid in s.metrics_ports
-            else None,
+            "passes": pass_profile(metrics, s.jobs) if metrics else None,
         }
     finally:
-        if proc:
+        if isinstance(proc, TrainerPeer):
+            proc.stop()
+        elif proc:
             stop(proc)
         kubectl(s.kubeconfig, "delete", "namespace", ns, "--timeout=900s")
 
@@ -235,14 +301,26 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _ratio(value: float, base: dict[str, Any] | None) -> str:
+    return f"{value / base['jobs_per_s']:.2f}×" if base else "-"
+
+
+def _summed(r: dict[str, Any], i: int, fmt: str) -> str:
+    """RSS (i 0) or CPU (i 1) of the subject's controllers: their sum, and each by program when
+    several."""
+    total = _num(r["rss_mib" if i == 0 else "cpu_s"], fmt)
+    parts = r.get("parts")
+    return f"{total} = {' + '.join(f'{v[i]:{fmt}} {k}' for k, v in parts.items())}" if parts else total
+
+
 def burst_table(
     results: dict[tuple[str, str], dict[str, Any]], settings: list[str], subjects: tuple[Subject, ...]
 ) -> str:
     """One row per setting and subject; throughput as ratios to training-operator and the ceiling."""
     rows = []
     for setting in settings:
-        peer = results[(setting, SUBJECTS[0].name)]["jobs_per_s"]
-        ceiling = results[(setting, SUBJECTS[2].name)]["jobs_per_s"]
+        peer = results.get((setting, TRAINING_OPERATOR))
+        ceiling = results.get((setting, CEILING))
         for subject in subjects:
             r = results[(setting, subject.name)]
             rows.append(
@@ -250,16 +328,16 @@ def burst_table(
                     setting,
                     subject.name,
                     f"{r['jobs_per_s']:.2f}",
-                    f"{r['jobs_per_s'] / peer:.2f}×",
-                    f"{r['jobs_per_s'] / ceiling:.2f}×",
+                    _ratio(r["jobs_per_s"], peer),
+                    _ratio(r["jobs_per_s"], ceiling),
                     f"{r['submit_s']:.1f}",
                     f"{r['submit_ms']:.0f}",
                     _p50_p99(r["first_pod"]),
                     _p50_p99(r["running"]),
                     f"{r['own_writes']:.1f}",
                     f"{r['writes']:.1f}",
-                    _num(r["rss_mib"], ".0f"),
-                    _num(r["cpu_s"]),
+                    _summed(r, 0, ".0f"),
+                    _summed(r, 1, ".1f"),
                     f"{r['kcm_cpu_s']:.1f}",
                 ]
             )
@@ -317,19 +395,28 @@ def main() -> None:
     ap.add_argument("--admission-rounds", type=int, default=2, help="0: no admission measurement")
     ap.add_argument("--keep-audit", type=Path, help="copy the API server's audit log here at the end")
     ap.add_argument("--diagnose", action="store_true", help="also ours at client QPS 500 / burst 1000")
+    ap.add_argument(
+        "--subjects",
+        default=",".join(subject_key(subject) for subject in SUBJECTS),
+        help="W1's subjects, comma-separated: training-operator,trainer,torchrun,ceiling (default all)",
+    )
     args = ap.parse_args()
+    subjects = select_subjects(ap, args.subjects, args.diagnose)
     to_home = build_training_operator()
+    trainer_home = build_trainer() if any(subject_key(x) == "trainer" for x in subjects) else None
     settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
-    subjects = (*SUBJECTS, *DIAGNOSTICS) if args.diagnose else SUBJECTS
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
         rest = RESTClient(
             load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32, user_agent=BENCH_USER_AGENT
         )
         s = Setup(kubeconfig, rest, to_home, args.jobs, args.threads, args.qps, args.burst)
+        s.trainer_home = trainer_home
         install_crds(kubeconfig, REPO / "crd")
         rest.create(TORCHRUNQUEUES, bench_queue())
         prepare_training_operator(kubeconfig, rest, to_home)
+        if trainer_home:
+            prepare_trainer(kubeconfig, rest, trainer_home)
         measured = {}
         if args.admission_rounds:
             versions = admission.install_variants(kubeconfig)
