@@ -1,32 +1,39 @@
-"""This controller side by side with Kubeflow's training-operator, on one control plane, in one run.
+"""This controller side by side with Kubeflow's training-operator and Trainer v2, on one control
+plane, in one run.
 
 W1 (burst): N two-node jobs submitted at once → all 2N pods Running, for each of
 - training-operator v1.9.3 (hack/testbed/build-training-operator.sh): a PyTorchJob of 1 master +
   1 worker, pods and Services created by the operator itself;
+- Kubeflow Trainer v2.3.0 with JobSet v0.12.0 (hack/testbed/build-trainer.sh; trainer.py runs both
+  out of cluster, their webhooks served on 127.0.0.1): a TrainJob of 2 nodes on the torch
+  ClusterTrainingRuntime, which Trainer turns into a JobSet, JobSet into an Indexed Job and a
+  headless Service, whose pods kube-controller-manager's Job controller creates;
 - torchrun-controller (this checkout): a TorchrunJob of 2 nodes, through an Indexed Job whose pods
   kube-controller-manager's Job controller creates;
 - the ceiling of the Indexed-Job design: a bare client creating the same Indexed Jobs + headless
   Services, no controller;
 at kube-controller-manager's default client rate (QPS 20 / burst 30) and at a production one
-(100 / 200), the same nodes, both controllers at client QPS 50 / burst 100 with 4 workers. Each
-runs in a namespace of its own, alone: the namespace before it is deleted (and gone) first.
+(100 / 200), the same nodes, every controller at client QPS 50 / burst 100 with 4 workers (JobSet
+v0.12.0 has no setting for its workers: it runs one). Each runs in a namespace of its own, alone:
+the namespace before it is deleted (and gone) first. `--subjects` runs some of them only.
 
 Reported: jobs/s (first submit → last pod Running) and its ratio to training-operator's and to the
 ceiling's at the same setting; how long the N creates took (16 client threads, while the
 controller already works) and the API server's median time per create (audit log); per job,
 submit → first pod and submit → all pods Running (p50 / p99); writes at the API server from its
-audit log per job: the subject's own (by user agent) and every write in the namespace, the
-submits included, but not the test bed node agent's (a kwok `Logs` per worker pod of ours: no
-real cluster makes it); peak RSS and CPU seconds of the controller process (from submit to
-quiet) and the CPU seconds kube-controller-manager spent meanwhile; and our controller's own
-account of its passes (its /metrics): passes per job, mean pass time and queue wait, and how long
-its client waited for its QPS limit. `--diagnose` adds this
-controller with its own client limit out of the way (QPS 500 / burst 1000), and with 4× the
-workers at the same client limit, to show what bounds it.
+audit log per job: the subject's own (by user agent; Trainer's and JobSet's both) and every
+write in the namespace, the submits included, but not the test bed node agent's (a kwok `Logs`
+per worker pod of ours: no real cluster makes it); peak RSS and CPU seconds of the controller
+process (from submit to quiet; for Trainer v2 the sum of its two processes, and each) and the CPU
+seconds kube-controller-manager spent meanwhile; and our controller's own account of its passes
+(its /metrics): passes per job, mean pass time and queue wait, and how long its client waited for
+its QPS limit. `--diagnose` adds this controller with its own client limit out of the way (QPS
+500 / burst 1000), and with 4× the workers at the same client limit, to show what bounds it.
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
 variants) against N PyTorchJobs, before any workload.
 
     python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2]
+        [--subjects training-operator,trainer,torchrun,ceiling]
 """
 
 from __future__ import annotations
