@@ -19,6 +19,7 @@ job key single-threaded, timed (this thread's CPU) and under cProfile.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import pstats
@@ -30,9 +31,19 @@ from typing import Any
 
 from auditlog import Window, by_agent
 from burst import bench_queue, submit, torchrunjob
-from common import cpu_seconds, rss_kib
-from controllers import _metric_sums, pytorchjob, stop
-from workload import OURS, TRAINING_OPERATOR, Cluster, Subject, start, writes_of
+from common import KCM_DEFAULT, KCM_PRODUCTION, REPO, control_plane, cpu_seconds, install_crds, rss_kib, table
+from controllers import _metric_sums, prepare_training_operator, pytorchjob, stop
+from workload import (
+    OURS,
+    SUBJECTS,
+    TRAINING_OPERATOR,
+    Cluster,
+    Subject,
+    bench_client,
+    restart_kcm,
+    start,
+    writes_of,
+)
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.cmd.main import App
@@ -248,3 +259,76 @@ def _profile_report(r: dict[str, Any], ns: str) -> str:
 def finishes(name: str, done: int) -> bool:
     """Whether job `name` (`j0042`) is one of the first `done`, the ones whose pods succeed."""
     return int(name[1:]) < done
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--w3-jobs", type=int, default=5000, help="W3: jobs per controller")
+    ap.add_argument("--w3-running", type=int, default=1000, help="W3: of which still running")
+    ap.add_argument("--w3-idle", type=float, default=180, help="W3: seconds of the idle window")
+    ap.add_argument("--w3-resync", type=float, default=60, help="W3: our --resync-period")
+    ap.add_argument("--w3-profile", type=Path, default=Path("/tmp/w3-profile.txt"), help="W3: profile file")
+
+
+def main(args: argparse.Namespace, to_home: Path) -> str:
+    """W3 on a control plane of its own: both controllers' jobs set up with kube-controller-manager
+    at 100/200 (to get there sooner), then measured at its default 20/30; the tables to print."""
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    jobs, done = args.w3_jobs, args.w3_jobs - args.w3_running
+    setups, results = {}, {}
+    with control_plane(nodes=4, pods_per_node=max(110, jobs), kcm=KCM_PRODUCTION) as kubeconfig:
+        c = Cluster(kubeconfig, bench_client(kubeconfig), to_home, args.threads, args.qps, args.burst)
+        install_crds(kubeconfig, REPO / "crd")
+        install_queues(c.rest)
+        prepare_training_operator(kubeconfig, c.rest, to_home)
+        for subject in SUBJECTS:
+            setups[subject] = populate(c, subject, f"w3-{subject.name.split('-')[0]}", jobs, done)
+            print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name} set up: {setups[subject]}", flush=True)
+        restart_kcm(c, KCM_DEFAULT)
+        for subject in SUBJECTS:
+            ns = f"w3-{subject.name.split('-')[0]}"
+            results[subject] = measure(c, subject, ns, jobs, args.w3_idle, args.w3_resync)
+            print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name}: {results[subject]}", flush=True)
+        profile = profile_passes(c, f"w3-{OURS.name.split('-')[0]}", args.w3_profile)
+    head = (
+        f"W3 at rest, {started}: {jobs} one-node jobs per controller ({done} Succeeded, "
+        f"{jobs - done} Running), 4 kwok nodes; kcm client 20/30 while measured; controllers at "
+        f"client QPS {args.qps} / burst {args.burst}, {args.threads} workers; ours with "
+        f"--resync-period {args.w3_resync:.0f}; idle window {args.w3_idle:.0f} s"
+    )
+    (_, _), (_, _), (cpu, wall) = profile["rounds"]
+    tail = (
+        f"in process (ours, {profile['keys']} keys, single-threaded, caches synced): one full pass "
+        f"{cpu:.2f} s CPU ({wall:.2f} s wall) = {profile['passes_per_cpu_s']:.0f} passes per CPU "
+        f"second; writes {profile['writes'] or 'none'}; profile in {args.w3_profile}"
+    )
+    return f"{head}\n\n{rest_table(setups, results)}\n\n{tail}"
+
+
+def rest_table(setups: dict[Subject, dict[str, float]], results: dict[Subject, dict[str, Any]]) -> str:
+    """One row per controller; RSS and idle CPU also as ratios to training-operator's."""
+    peer = results[TRAINING_OPERATOR]
+
+    def num(value: float | None, fmt: str = ".1f") -> str:
+        return "-" if value is None else format(value, fmt)
+
+    rows: list[list[object]] = []
+    for subject, r in results.items():
+        rows.append(
+            [
+                subject.name,
+                f"{setups[subject]['create_s']:.0f} / {setups[subject]['setup_s']:.0f}",
+                f"{r['quiet_s']:.0f}",
+                f"{r['rss_mib']:.0f}",
+                f"{r['rss_mib'] / peer['rss_mib']:.2f}×",
+                f"{r['peak_rss_mib']:.0f}",
+                f"{r['idle_cpu_s_per_min']:.2f}",
+                f"{r['idle_cpu_s_per_min'] / peer['idle_cpu_s_per_min']:.2f}×",
+                f"{r['idle_own_writes']} / {r['idle_writes']}",
+                num(r["own_writes_per_resync"]),
+                num(r["idle_passes"], ".0f"),
+                num(r["passes_per_cpu_s"], ".0f"),
+            ]
+        )
+    headers = ["subject", "setup s (creates / all)", "start → quiet s", "RSS MiB", "÷ t-o", "peak RSS MiB"]
+    headers += ["idle CPU s/min", "÷ t-o", "idle writes own / all", "own writes / resync"]
+    return table([*headers, "passes (idle window)", "passes / CPU s"], rows)

@@ -32,7 +32,12 @@ its QPS limit. `--diagnose` adds this controller with its own client limit out o
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
 variants) against N PyTorchJobs, before any workload.
 
-    python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2]
+W2 (one 256-node job: start, one pod's retry, our whole-job restart, delete) is bigjob.py's, W3
+(N jobs at rest: RSS, idle CPU, writes per resync, our reconcile pass profiled) atrest.py's, each
+on a control plane of its own; `--workloads` picks among w1, w2, w3 (W1's `--subjects` apply
+to W1 only).
+
+    python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2] [--workloads w1,w2,w3]
         [--subjects training-operator,trainer,torchrun,ceiling]
 """
 
@@ -48,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 import admission
+import atrest
+import bigjob
 from auditlog import Window, by_agent, server_seconds
 from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
 from common import (
@@ -407,9 +414,25 @@ def main() -> None:
         default=",".join(subject_key(subject) for subject in SUBJECTS),
         help="W1's subjects, comma-separated: training-operator,trainer,torchrun,ceiling (default all)",
     )
+    ap.add_argument("--workloads", default="w1,w2,w3", help="comma-separated: w1,w2,w3 (default all)")
+    bigjob.add_arguments(ap)
+    atrest.add_arguments(ap)
     args = ap.parse_args()
+    workloads = args.workloads.split(",")
+    if set(workloads) - {"w1", "w2", "w3"}:
+        ap.error(f"--workloads: unknown {', '.join(sorted(set(workloads) - {'w1', 'w2', 'w3'}))}")
     subjects = select_subjects(ap, args.subjects, args.diagnose)
     to_home = build_training_operator()
+    if "w1" in workloads:
+        burst_workload(args, subjects, to_home)
+    if "w2" in workloads:
+        print(f"\n{bigjob.main(args, to_home)}", flush=True)
+    if "w3" in workloads:
+        print(f"\n{atrest.main(args, to_home)}", flush=True)
+
+
+def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_home: Path) -> None:
+    """W1 (and admission) on a control plane of its own; prints its tables."""
     trainer_home = build_trainer() if any(subject_key(x) == "trainer" for x in subjects) else None
     settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
