@@ -12,7 +12,7 @@ Guarantees:
 """
 
 from controller.cache.factory import SharedInformerFactory
-from controller.cache.frozen import FrozenDict, freeze, thaw
+from controller.cache.frozen import FrozenDict, freeze, same_json, thaw
 from controller.cache.informer import DeletedFinalStateUnknown, EventHandler, SharedIndexInformer
 from controller.cache.lister import Lister
 from controller.cache.optional import OptionalInformers
@@ -29,5 +29,6 @@ __all__ = [
     "SharedInformerFactory",
     "freeze",
     "meta_namespace_key",
+    "same_json",
     "thaw",
 ]

@@ -3,7 +3,8 @@
 `freeze` turns decoded JSON into `FrozenDict`s and tuples, interning keys so the thousands of
 cached objects share one copy of every field name. A `FrozenDict` is a real `dict` (fast reads,
 `json.dumps` works) whose mutators raise `TypeError`, so a reconciler that edits a cached object
-fails loudly instead of corrupting the cache. `thaw` makes a private, mutable deep copy.
+fails loudly instead of corrupting the cache. `thaw` makes a private, mutable deep copy;
+`same_json` compares a cached object with a plain one without copying either.
 """
 
 from __future__ import annotations
@@ -56,3 +57,19 @@ def thaw(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [thaw(v) for v in value]
     return value
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """`thaw(a) == thaw(b)`, without copying: lists and tuples compare alike, the first difference
+    ends the walk."""
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or len(a) != len(b):
+            return False
+        return all(k in b and same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        if not isinstance(b, list | tuple) or len(a) != len(b):
+            return False
+        return all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(b, dict | list | tuple):
+        return False
+    return bool(a == b)

@@ -1,7 +1,9 @@
 """Listers: typed read access to an informer's cache (client-go's generated listers).
 
 Reads never touch the API server. Objects returned are the frozen cached objects: read them,
-`thaw()` a copy to change one.
+`thaw()` a copy to change one. `list(namespace, selector)` costs what the objects it returns cost
+when the informer has a label index (`store.label_index`) on one of the selector's labels; else it
+scans the namespace.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 
-from controller.cache.store import NAMESPACE_INDEX, Indexer
+from controller.cache.store import NAMESPACE_INDEX, Indexer, label_index_name
 from controller.meta import Obj
 
 
@@ -30,6 +32,12 @@ class Lister:
     def list(
         self, namespace: str | None = None, selector: Mapping[str, str] | None = None
     ) -> builtins.list[Obj]:
+        if namespace and selector:
+            for label, value in selector.items():
+                index = label_index_name(label)
+                if self.indexer.has_index(index):
+                    objs = self.indexer.by_index(index, f"{namespace}/{value}")
+                    return [o for o in objs if labels_match(o, selector)]
         objs = self.indexer.by_index(NAMESPACE_INDEX, namespace) if namespace else self.indexer.list()
         return [o for o in objs if labels_match(o, selector)]
 

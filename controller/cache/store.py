@@ -9,6 +9,7 @@ treated as immutable: callers store frozen objects and never change them afterwa
 from __future__ import annotations
 
 import builtins
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
@@ -43,6 +44,28 @@ def controller_owner_index(obj: Obj) -> list[str]:
         if ref.get("controller"):
             return [f"{ref.get('kind')}/{meta.get('namespace') or ''}/{ref.get('name')}"]
     return []
+
+
+LABEL_INDEX_PREFIX = "label:"
+
+
+def label_index_name(label: str) -> str:
+    """The name of the index on label `label` (what `Lister.list` looks for)."""
+    return LABEL_INDEX_PREFIX + label
+
+
+@functools.cache
+def label_index(label: str) -> IndexFunc:
+    """Index function: `namespace/value` of the object's label `label` (none without it). One
+    function per label, so registering it twice on a shared informer is no conflict."""
+
+    def index(obj: Obj) -> list[str]:
+        meta = obj.get("metadata") or {}
+        value = (meta.get("labels") or {}).get(label)
+        return [] if value is None else [f"{meta.get('namespace') or ''}/{value}"]
+
+    index.__name__ = f"label_index_{label}"
+    return index
 
 
 DEFAULT_INDEXERS: dict[str, IndexFunc] = {
@@ -162,3 +185,6 @@ class Indexer:
     def index_names(self) -> builtins.list[str]:
         with self._lock:
             return list(self._indexers)
+
+    def has_index(self, index_name: str) -> bool:
+        return index_name in self._indexers

@@ -1,7 +1,7 @@
 """Writing a custom resource's status: only when it changed, and conflicts as a clean retry.
 
-`update_status` compares the new status with the cached one (the cache holds frozen tuples, the
-new status plain JSON lists, so it compares against a thawed copy), PUTs the status subresource
+`update_status` compares the new status with the cached one (`same_json`: the cache holds frozen
+tuples, the new status plain JSON lists; nothing is copied to compare), PUTs the status subresource
 with the cached resourceVersion when they differ, turns a 409 into a `TransientError` retried
 through the rate limiter (the next pass reads the fresh object), and ignores an object deleted meanwhile.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.cache import thaw
+from controller.cache import same_json, thaw
 from controller.errors import TransientError
 from controller.meta import Resource
 from controller.rest.client import RESTClient
@@ -22,7 +22,7 @@ def update_status(
     client: RESTClient, resource: Resource, cached: Mapping[str, Any], status: dict[str, Any]
 ) -> bool:
     """Write `status` if it differs from `cached`'s; True when a write happened."""
-    if status == thaw(cached.get("status") or {}):
+    if same_json(cached.get("status") or {}, status):
         return False
     body = thaw(cached)
     body["status"] = status

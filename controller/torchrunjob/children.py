@@ -16,7 +16,7 @@ What `Children` guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,14 +88,20 @@ class Children:
         return self.listers[resource].get(name or job.name, job.namespace)
 
     def ensure(self, resource: Resource, job: TorchrunJob, desired: dict[str, Any]) -> Step[Obj]:
-        name = desired["metadata"]["name"]
+        return self.ensure_built(resource, job, desired["metadata"]["name"], lambda: desired)
+
+    def ensure_built(
+        self, resource: Resource, job: TorchrunJob, name: str, build: Callable[[], dict[str, Any]]
+    ) -> Step[Obj]:
+        """`ensure` of the object `build()` returns, named `name`: `build` is called only when the
+        object must be created (a pass that finds it cached builds nothing)."""
         cached = self.get(resource, job, name)
         if cached is not None:
             if is_controlled_by(cached, job.metadata.uid):
                 return Proceed(cached)
             return conflict_wait(name_conflict(resource, cached))
         try:
-            created: Obj = self.client.create(resource, desired)
+            created: Obj = self.client.create(resource, build())
             log.info("created", key=job.key, resource=resource.key, name=name)
             return Proceed(created)
         except ApiError as exc:

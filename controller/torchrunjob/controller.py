@@ -10,7 +10,9 @@ conditions — suspended, running (hot reload rolls workers made before the gene
 `progress.py`: status.progress, Progressing, a stall), or ended (`lifecycle.attempt_ended`).
 No step writes the status: it is computed from what the steps returned and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
-(`reporter.py`: only when it changed; transitions become Events). Timers come back as
+(`reporter.py`: only when it changed; transitions become Events) — but a write that would
+change only the worker counts waits up to `COUNTS_BATCH` seconds for more, so pods starting
+together cost one write, not one per count. Timers come back as
 `Result(requeue_after=...)`, a `Wait` no event announces (a name conflict) as a rate-limited
 `Result(requeue=True)`; nothing is requeued at once after our own writes (their watch events bring
 the key back); a pass that finds the cached job still at the version our last status write
@@ -21,6 +23,7 @@ conflict with our own write. Invalid specs become a condition and are not retrie
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import structlog
 
@@ -57,6 +60,9 @@ from controller.torchrunjob.updater import JobTracker, JobUpdater
 from controller.torchrunjob.workers import Attempt, Workers, WorkerSettings
 
 log = structlog.get_logger("torchrunjob")
+
+COUNTS_BATCH = 2.0
+"""Seconds a status write that changes only `status.workers` may wait for more (`JobUpdater.hold_counts`)."""
 
 
 @dataclasses.dataclass
@@ -113,22 +119,25 @@ class TorchrunJobReconciler:
             return None
         if raw["metadata"].get("deletionTimestamp"):
             return None  # owner references take the rest away
-        try:
-            job = TorchrunJob.from_json(raw)
-        except InvalidObjectError as exc:
-            update_status(self.client, TORCHRUNJOBS, raw, st.invalid_status(raw, str(exc), utc_now()))
-            return None
-        updater = self.tracker.get_or_create(key, job.metadata.uid)
+        updater = self.tracker.get_or_create(key, raw["metadata"].get("uid", ""))
         version = raw["metadata"].get("resourceVersion", "")
         if updater.cache_behind(version):
             return None  # the watch event of our last status write brings the key back
+        try:
+            job = updater.memo("job", version, lambda: TorchrunJob.from_json(raw))
+        except InvalidObjectError as exc:
+            update_status(self.client, TORCHRUNJOBS, raw, st.invalid_status(raw, str(exc), utc_now()))
+            return None
         if job.spec.seed_workspace and updater.once("seed_form_warned"):
             self.reporter.deprecated_field(raw, job)
         p = st.StatusUpdate(job, utc_now())
         try:
             self.sync(job, p, updater)
         finally:  # what the steps returned so far is written even when one raised
-            if self.reporter.write(raw, p):
+            held = updater.hold_counts(time.monotonic(), COUNTS_BATCH) if p.counts_only() else None
+            if held is not None:
+                p.timer(held)
+            elif self.reporter.write(raw, p):
                 updater.status_written(version)
         if p.requeue:
             return Result(requeue=True)
@@ -143,7 +152,7 @@ class TorchrunJobReconciler:
             autoclean = self.options.autoclean
             self.decide(job, p, lifecycle.finished_of(job, p.status, autoclean, running, syncing, p.now))
             return
-        admission = self.admit(job, p)
+        admission = self.admit(job, p, updater)
         if admission is None:
             return
         if self.decide(job, p, lifecycle.deadline_of(job, p.status, p.now)).stop:
@@ -162,9 +171,13 @@ class TorchrunJobReconciler:
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def admit(self, job: TorchrunJob, p: st.StatusUpdate) -> Admission | None:
-        """The queue, topology and command when the job may run; else None and `Admitted=False`."""
-        verdict = admit(job, self.queues.get(job.spec.job_queue))
+    def admit(self, job: TorchrunJob, p: st.StatusUpdate, updater: JobUpdater) -> Admission | None:
+        """The queue, topology and command when the job may run; else None and `Admitted=False`
+        (decided again only when the job or its queue changed: `JobUpdater.memo`)."""
+        raw_queue = self.queues.get(job.spec.job_queue)
+        meta = {} if raw_queue is None else raw_queue["metadata"]
+        versions = (job.metadata.resource_version, meta.get("uid"), meta.get("resourceVersion"))
+        verdict = updater.memo("admission", versions, lambda: admit(job, raw_queue))
         if isinstance(verdict, Refusal):
             p.cond(C.ADMITTED, False, verdict.reason, verdict.message)
             return None

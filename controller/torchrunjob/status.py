@@ -55,14 +55,37 @@ def phase_of(conditions: Sequence[Condition]) -> JobPhase:
     return JobPhase.PENDING
 
 
-def worker_counts(worker_job: Mapping[str, Any] | None) -> WorkerCounts:
+def worker_counts(
+    worker_job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]] | None = None
+) -> WorkerCounts:
+    """The attempt's workers by state. With `pods` (the cached pods the worker Job controls),
+    `active` and `ready` are counted from them — the pods themselves, the moment the cache has
+    them, not the Job's status, which kube-controller-manager writes later (many seconds later
+    when its client is busy) — as the Job controller counts them: not finished, not being
+    deleted; ready with the `Ready` condition True. `succeeded` and `failed` are the Job's (its
+    finalizer-tracked counts survive the pods)."""
     st = (worker_job or {}).get("status") or {}
+    if pods is None:
+        active, ready = int(st.get("active") or 0), int(st.get("ready") or 0)
+    else:
+        live = [p for p in pods if _live(p)]
+        active, ready = len(live), sum(1 for p in live if _pod_ready(p))
     return WorkerCounts(
-        active=int(st.get("active") or 0),
-        ready=int(st.get("ready") or 0),
+        active=active,
+        ready=ready,
         succeeded=int(st.get("succeeded") or 0),
         failed=int(st.get("failed") or 0),
     )
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 @dataclass(frozen=True)
@@ -158,7 +181,9 @@ def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> lis
     """The Events the move from `old` to `new` conditions is worth (`reasons.py` says which):
     a Warning for a condition that moved to a warning reason — or a Failed condition that became
     True — and a Normal one for a condition that became True with a normal reason. One Event per
-    reason, with the message of the condition that became True when two share it."""
+    reason, with the message of the condition that became True when two share it. `Admitted`
+    on a job's first pass is no Event (the condition says it, and every job would have one); a
+    job admitted after it waited (its queue, a name) gets one."""
     events: dict[str, TransitionEvent] = {}
     moved = changed_conditions(old, new)
     for cond in sorted(moved, key=lambda c: c.status is not ConditionStatus.TRUE):
@@ -167,6 +192,8 @@ def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> lis
         failed = cond.type == JobConditionType.FAILED and became_true
         warn = severity is Severity.WARNING or failed
         if cond.reason in events or severity is Severity.QUIET or not (warn or became_true):
+            continue
+        if cond.type == JobConditionType.ADMITTED and became_true and find_condition(old, cond.type) is None:
             continue
         events[cond.reason] = TransitionEvent(warn, cond.reason, cond.message)
     return list(events.values())
@@ -250,6 +277,14 @@ class StatusUpdate:
 
     def is_true(self, type_: str) -> bool:
         return is_true(self.status.conditions, type_)
+
+    def counts_only(self) -> bool:
+        """The status to write differs from the stored one in the worker counts alone."""
+        final = self.final()
+        stored = self.job.status
+        if final.workers == stored.workers:
+            return False
+        return dataclasses.replace(final, workers=stored.workers) == stored
 
     def final(self) -> TorchrunJobStatus:
         """The status to write: phase summarised from the conditions, generation observed."""

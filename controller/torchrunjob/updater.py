@@ -8,12 +8,19 @@ the updater's own lock, held for that alone: never across a pass's network I/O (
 already never hands one key to two workers; the lock makes the check-and-set safe rather than
 lucky). `cache_behind(rv)`: a cached job still at the version our last status write replaced has
 not caught up with that write (resourceVersions are never reused, so equality is the whole test).
+`memo(name, version, compute)` keeps one computed value per name for as long as its inputs'
+`version` (resourceVersions) stays the same: a pass on an unchanged job and queue parses and
+admits nothing again. The values are immutable (frozen dataclasses), so sharing them is safe.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -25,6 +32,19 @@ class JobUpdater:
     # "seed_form_warned" (the seed's deprecated `volumes.workspace` is warned about once)
     _done: set[str] = field(default_factory=set)
     _replaced: str | None = None  # the resourceVersion our last status write replaced
+    _memo: dict[str, tuple[Hashable, Any]] = field(default_factory=dict, repr=False)
+
+    def memo(self, name: str, version: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`, or the value it returned for `name` when `version` was the same (an
+        exception is not remembered: it is raised again by the next call's compute)."""
+        with self._lock:
+            held = self._memo.get(name)
+        if held is not None and held[0] == version:
+            return held[1]  # type: ignore[no-any-return]
+        value = compute()
+        with self._lock:
+            self._memo[name] = (version, value)
+        return value
 
     def once(self, fact: str) -> bool:
         """True the first time `fact` is asked for on this updater, False ever after."""
@@ -34,10 +54,26 @@ class JobUpdater:
             self._done.add(fact)
             return True
 
+    _counts_held_since: float | None = None  # when a write of new worker counts alone was first held
+
     def status_written(self, replaced: str) -> None:
-        """Our status write replaced version `replaced` of the job."""
+        """Our status write replaced version `replaced` of the job (held counts went with it)."""
         with self._lock:
             self._replaced = replaced
+            self._counts_held_since = None
+
+    def hold_counts(self, now: float, batch: float) -> float | None:
+        """A status write that only changes the worker counts waits up to `batch` seconds from
+        when the first such write was held, so the counts of pods starting together are written
+        once (with the condition they lead to, when it comes first): the seconds still to wait,
+        or None when the write is due now."""
+        with self._lock:
+            if self._counts_held_since is None:
+                self._counts_held_since = now
+            waited = now - self._counts_held_since
+            if waited >= batch:
+                return None
+            return batch - waited
 
     def cache_behind(self, cached: str) -> bool:
         """The cached job (at version `cached`) predates our last status write."""

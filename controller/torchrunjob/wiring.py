@@ -8,10 +8,12 @@
 - Owned objects (worker Jobs, Services, pods, PVCs, all cached by the `torchrun-job-name` label): each
   event enqueues the TorchrunJob named by the object's *controller owner reference* — directly,
   or for a pod through its worker Job (found in the cache by name, its UID checked, as client-go's
-  `resolveControllerRef`). The label only narrows the cache; it never decides whose an object is.
-  One exception, which proves nothing and writes nothing: when a labelled object that no
-  TorchrunJob controls goes away, the job its label names is looked at again if it is waiting with
-  `NameConflict` — the name may be free now.
+  `resolveControllerRef`) — after `OWNED_EVENT_BATCH` seconds, as kube-controller-manager's Job
+  controller batches its pod events: the many events of pods starting together (created,
+  scheduled, running, the Job's counts) become one pass, not one each. The label only narrows
+  the cache; it never decides whose an object is. One exception, which proves nothing and
+  writes nothing: when a labelled object that no TorchrunJob controls goes away, the job its
+  label names is looked at again if it is waiting with `NameConflict` — the name may be free now.
 - PodGroups (each scheduler's kind, cached by the same label) like the owned objects above, and a
   Kueue Workload's add enqueues the job whose worker Job controls it. Their informers are
   `OptionalInformers`: they start when a job first needs the kind and its API is served, and the
@@ -20,6 +22,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +36,7 @@ from controller.api.resources import (
 )
 from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
+from controller.cache.store import label_index, label_index_name
 from controller.cache.transforms import slim_pod
 from controller.meta import Obj, Resource
 from controller.metrics.registry import ControllerMetrics
@@ -52,10 +56,17 @@ NAME = "torchrunjob"
 
 OWNED = (JOBS, SERVICES, PODS, PVCS)
 
+OWNED_EVENT_BATCH = 1.0
+"""Seconds an owned object's event waits for more of the same job's (the Job controller's
+`syncJobBatchPeriod` is 1 s too): at most one pass per job per batch, at most that much later."""
+
 
 def owned_listers(factory: SharedInformerFactory) -> dict[Resource, Lister]:
-    """The caches of what jobs own, narrowed by our label (pods slimmed: see cache/transforms.py)."""
-    factory.informer_for(PODS, label_selector=JOB_LABEL, transform=slim_pod)
+    """The caches of what jobs own, narrowed by our label (pods slimmed: see cache/transforms.py);
+    pods indexed by that label's value, so a pass reads its job's pods without scanning the
+    namespace's."""
+    by_job = {label_index_name(JOB_LABEL): label_index(JOB_LABEL)}
+    factory.informer_for(PODS, label_selector=JOB_LABEL, transform=slim_pod, indexers=by_job)
     return {res: factory.lister_for(res, label_selector=JOB_LABEL) for res in OWNED}
 
 
@@ -90,7 +101,8 @@ def new_controller(
         default_controller_rate_limiter(), name=NAME, metrics_provider=metrics_provider
     )
     controller = Controller(NAME, reconciler, queue, threadiness=threadiness, metrics=metrics)
-    handlers = Handlers(controller.enqueue, Lister(jobs.indexer), owned[JOBS])
+    batched = functools.partial(controller.enqueue_after, seconds=OWNED_EVENT_BATCH)
+    handlers = Handlers(controller.enqueue, Lister(jobs.indexer), owned[JOBS], enqueue_batched=batched)
     jobs.add_event_handler(
         FuncHandler(
             add=lambda o, _: handlers.job(o), update=lambda _, n: handlers.job(n), delete=handlers.job
@@ -130,8 +142,16 @@ def _ready(queue: Obj) -> tuple[Any, Any]:
 class Handlers:
     """The event handlers of the module docstring, as small pure-ish methods (they only enqueue)."""
 
-    def __init__(self, enqueue: Callable[[str], None], jobs: Lister, worker_jobs: Lister) -> None:
+    def __init__(
+        self,
+        enqueue: Callable[[str], None],
+        jobs: Lister,
+        worker_jobs: Lister,
+        *,
+        enqueue_batched: Callable[[str], None] | None = None,
+    ) -> None:
         self.enqueue = enqueue
+        self.enqueue_batched = enqueue_batched or enqueue  # owned objects' events
         self.jobs = jobs
         self.worker_jobs = worker_jobs
 
@@ -157,13 +177,13 @@ class Handlers:
     def owned(self, obj: Obj) -> None:
         key = self.owner_key(obj)
         if key is not None:
-            self.enqueue(key)
+            self.enqueue_batched(key)
 
     def owned_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         obj = unwrap_tombstone(obj)
         key = self.owner_key(obj)
         if key is not None:
-            self.enqueue(key)
+            self.enqueue_batched(key)
             return
         meta = obj["metadata"]
         named = (meta.get("labels") or {}).get(JOB_LABEL)

@@ -62,13 +62,14 @@ class Attempt:
     topology: JobTopology
     queue: TorchrunQueue
     checkpoint: CheckpointStatus | None = None
+    pods: tuple[Obj, ...] = ()  # the cached pods the worker Job controls
 
     def observed(self, status: TorchrunJobStatus) -> dict[str, Any]:
         """The status fields this attempt sets (`status.checkpoint` stays until rank 0 reports)."""
         return {
             "nodes": self.topology.nodes,
             "gpus": self.topology.total_gpus,
-            "workers": st.worker_counts(self.job),
+            "workers": st.worker_counts(self.job, self.pods),
             "checkpoint": self.checkpoint or status.checkpoint,
         }
 
@@ -106,15 +107,19 @@ class Workers:
         if existing is None and not etcd.ready:
             return Wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
         size = desired_nodes(job, admission.topology)
-        got = self.children.ensure(JOBS, job, self.manifest(job, admission, status, size))
+        got = self.children.ensure_built(
+            JOBS, job, job.name, lambda: self.manifest(job, admission, status, size)
+        )
         if not isinstance(got, Proceed):
             return got
         if got.value is existing:
             self._follow(job, admission.queue, got.value, size)
         topology = dataclasses.replace(admission.topology, nodes=size)
         pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
-        checkpoint = checkpoint_status(pods, got.value["metadata"].get("uid", ""))
-        return Proceed(Attempt(got.value, topology, admission.queue, checkpoint))
+        uid = got.value["metadata"].get("uid", "")
+        checkpoint = checkpoint_status(pods, uid)
+        mine = tuple(p for p in pods if is_controlled_by(p, uid))
+        return Proceed(Attempt(got.value, topology, admission.queue, checkpoint, mine))
 
     def manifest(
         self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, size: int

@@ -731,7 +731,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         # --gc-interval=1 and the run took a while: many passes, and the Service is still there
         assert cluster.get("service", "ghost", "-n", namespace)["metadata"].get("deletionTimestamp") is None
         events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=train")
-        assert {"Admitted", "Succeeded"} <= {e["reason"] for e in events["items"]}
+        assert "Succeeded" in {e["reason"] for e in events["items"]}
         log_text()
         # not one request was refused: the RBAC covers everything this run did
         refused = [
