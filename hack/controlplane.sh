@@ -301,7 +301,8 @@ status:
 "
   done
   printf '%s' "$docs" | "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" apply -f - >/dev/null
-  wait_for "nodes Ready" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready node --all --timeout=1s
+  # kwok makes a few nodes Ready a second on a busy machine: a minute, and a second more per node
+  wait_for "nodes Ready" $(( 60 + NODES )) "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" wait --for=condition=Ready node --all --timeout=1s
 }
 
 start_component() {
