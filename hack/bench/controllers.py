@@ -77,15 +77,25 @@ def start_torchrun_controller(
     """This checkout's controller for namespace `ns`, ready; the process and its metrics port. Its
     output goes to `log` when given (else to this process's)."""
     metrics, health = free_port(), free_port()
+    command = torchrun_controller_command(
+        kubeconfig, ns, threadiness=threadiness, qps=qps, burst=burst, metrics=metrics, health=health
+    )
+    with log.open("ab") if log else contextlib.nullcontext() as out:
+        proc = subprocess.Popen([*command, *extra], cwd=REPO, stdout=out, stderr=out)
+    wait_http_ok(f"http://127.0.0.1:{health}/readyz")
+    return proc, metrics
+
+
+def torchrun_controller_command(
+    kubeconfig: Path, ns: str, *, threadiness: int, qps: int, burst: int, metrics: int = 0, health: int = 0
+) -> list[str]:
+    """The command line of this checkout's controller for namespace `ns` (run it from REPO), log
+    level warning (a later `--log-level` wins); port 0: any free one."""
     command = [sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(kubeconfig)]
     command += ["--namespace", ns, "--threadiness", str(threadiness)]
     command += ["--kube-api-qps", str(qps), "--kube-api-burst", str(burst)]
     command += ["--metrics-addr", f"127.0.0.1:{metrics}", "--health-addr", f"127.0.0.1:{health}"]
-    command += ["--log-level", "warning", *extra]
-    with log.open("ab") if log else contextlib.nullcontext() as out:
-        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=out)
-    wait_http_ok(f"http://127.0.0.1:{health}/readyz")
-    return proc, metrics
+    return [*command, "--log-level", "warning"]
 
 
 def build_training_operator() -> Path:
