@@ -3,7 +3,7 @@
 Layers, lowest first (enforced by import-linter, see .importlinter):
   clock, errors, flowcontrol      small shared primitives
   metrics, log                    observability
-  rest                            the REST client on the kubernetes package, raw JSON
+  rest                            the REST client (urllib3, kubeconfig read here), raw JSON
   workqueue, cache                client-go's workqueue and informers
   leaderelection, runtime         leader election and the worker-pool controller scaffold
   api                             the torchrun.ai/v1alpha1 types

@@ -9,7 +9,11 @@ client certificates, tokens), so the plugin authenticates exactly like the offic
 `Kube` is the controller's `RESTClient` (paths from `Resource`, raw JSON, the server's `Status`
 as `rest.errors.ApiError`) for that namespace, with the plugin's own choices: one attempt per
 call (a short-lived command fails fast and says so; nothing is ever sent twice), and a server
-that cannot be reached is a one-line `PluginError`, not a urllib3 exception.
+that cannot be reached is a one-line `PluginError`, not a urllib3 exception. The plugin keeps the
+`kubernetes` package's `Configuration` (its websocket exec needs one, and its loader knows the
+legacy auth providers the controller refuses); `cluster_config` and `ConfigurationCredentials`
+hand the same server, TLS files and per-request auth header to the `RESTClient`, so both paths
+authenticate alike.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 import yaml
@@ -27,6 +31,7 @@ from kubernetes import config as _k8s_config
 from controller.meta import Resource
 from controller.plugin.errors import PluginError
 from controller.rest.client import RESTClient
+from controller.rest.config import ClusterConfig
 from controller.rest.request import Request
 
 USER_AGENT = "kubectl-torchrun"
@@ -108,6 +113,38 @@ def load_target(
     return Target(configuration=configuration, namespace=ns)
 
 
+def cluster_config(configuration: k8s_client.Configuration) -> ClusterConfig:
+    """The `RESTClient`'s view of a loaded `Configuration` (the loader wrote data-form
+    certificates to files; the auth header comes from `ConfigurationCredentials`)."""
+    return ClusterConfig(
+        host=str(configuration.host),
+        ca_file=configuration.ssl_ca_cert or None,
+        cert_file=configuration.cert_file or None,
+        key_file=configuration.key_file or None,
+        insecure_skip_tls_verify=not configuration.verify_ssl,
+        tls_server_name=configuration.tls_server_name or None,
+        proxy_url=configuration.proxy or None,
+    )
+
+
+class ConfigurationCredentials:
+    """The auth header of a `Configuration`, asked per request: its exec and auth-provider hooks
+    refresh an expired token when asked."""
+
+    def __init__(self, configuration: k8s_client.Configuration) -> None:
+        self.configuration = configuration
+
+    def headers(self) -> dict[str, str]:
+        settings = cast(dict[str, dict[str, Any]], self.configuration.auth_settings())
+        return {str(a["key"]): str(a["value"]) for a in settings.values() if a.get("value")}
+
+    def client_cert(self) -> tuple[bytes, bytes] | None:
+        return None
+
+    def unauthorized(self) -> None:
+        pass
+
+
 class Kube(RESTClient):
     """The controller's `RESTClient` for one namespace, as the plugin uses it: each call is one
     attempt, and an API server that cannot be reached is a one-line `PluginError`."""
@@ -115,12 +152,14 @@ class Kube(RESTClient):
     def __init__(self, target: Target) -> None:
         configuration = target.configuration
         super().__init__(
-            configuration,
+            cluster_config(configuration),
             pool_size=configuration.connection_pool_maxsize,  # the `kubernetes` package's: a stream per rank
             timeout=REQUEST_TIMEOUT,
             max_attempts=1,
             user_agent=USER_AGENT,
+            credentials=ConfigurationCredentials(configuration),
         )
+        self.configuration = configuration  # the websocket exec (upload.py) connects with it
         self.namespace = target.namespace
         self.server = str(target.configuration.host)
 

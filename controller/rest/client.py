@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client as k8s_client
-
 from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
+from controller.rest.config import ClusterConfig
+from controller.rest.credentials import CredentialSource
 from controller.rest.request import Request, RequestSender, is_retryable
 from controller.rest.watch import WATCH_READ_TIMEOUT, WatchEvent, WatchStream, open_watch
 
@@ -40,7 +40,7 @@ class RESTClient(RequestSender):
 
     def __init__(
         self,
-        configuration: k8s_client.Configuration,
+        config: ClusterConfig,
         *,
         qps: float = 50.0,
         burst: int = 100,
@@ -51,9 +51,10 @@ class RESTClient(RequestSender):
         user_agent: str = "torchrun-controller",
         write_fence: Callable[[], bool] | None = None,
         watch_read_timeout: float = WATCH_READ_TIMEOUT,
+        credentials: CredentialSource | None = None,
     ) -> None:
         super().__init__(
-            configuration,
+            config,
             qps=qps,
             burst=burst,
             pool_size=pool_size,
@@ -62,6 +63,7 @@ class RESTClient(RequestSender):
             metrics=metrics,
             user_agent=user_agent,
             write_fence=write_fence,
+            credentials=credentials,
         )
         self.watch_read_timeout = watch_read_timeout
 

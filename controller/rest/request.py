@@ -2,7 +2,11 @@
 
 `RequestSender` owns one urllib3 pool and one client-side token bucket (QPS/burst). A `Request`
 is what a verb wants sent (client-go's `rest.Request`); `send` makes one attempt of it, `do`
-makes as many as the retry policy allows and returns the decoded JSON body.
+makes as many as the retry policy allows and returns the decoded JSON body. The pool and the
+credentials come from a `ClusterConfig` (`transport.py`, `credentials.py`): each attempt carries
+the credentials current at that moment (a rotated token file, a refreshed exec credential), and
+a 401 tells the credentials so (an exec plugin runs again for the next attempt; the 401 itself is
+raised like any error status, never retried here).
 
 Guarantees, per attempt (`send`): it waits for a token, then asks the write fence (below); every
 attempt has a connect and a read timeout, or one total timeout; every attempt is counted in
@@ -37,17 +41,18 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes.client.rest import RESTClientObject
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from controller.flowcontrol import TokenBucket
 from controller.metrics.registry import ControllerMetrics
+from controller.rest.config import ClusterConfig
+from controller.rest.credentials import Credentials, CredentialSource
 from controller.rest.errors import ApiError, LeadershipLostError
+from controller.rest.transport import Transport
 
 CONNECT_TIMEOUT = 10.0
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is waited only this long
@@ -105,16 +110,14 @@ def retry_delay(exc: BaseException | None, attempt: int) -> float:
     return float(min(5.0, 0.1 * 2 ** (attempt - 1)) * (1 + random.random()))
 
 
-def request_headers(configuration: Any, user_agent: str, content_type: str | None) -> dict[str, str]:
-    """JSON headers with the configuration's credentials (bearer token, API key), fresh per call
-    because an exec or refresh credential plugin may rotate them."""
-    headers = {"Accept": "application/json", "User-Agent": user_agent}
+def request_headers(
+    credentials: CredentialSource, user_agent: str, content_type: str | None
+) -> dict[str, str]:
+    """JSON headers with the credentials' current authentication, fresh per call because a token
+    file or an exec credential plugin may rotate it."""
+    headers = {"Accept": "application/json", "User-Agent": user_agent, **credentials.headers()}
     if content_type:
         headers["Content-Type"] = content_type
-    settings = cast(dict[str, dict[str, Any]], configuration.auth_settings())
-    for auth in settings.values():
-        if auth.get("value"):
-            headers[str(auth["key"])] = str(auth["value"])
     return headers
 
 
@@ -134,7 +137,7 @@ class RequestSender:
 
     def __init__(
         self,
-        configuration: k8s_client.Configuration,
+        config: ClusterConfig,
         *,
         qps: float = 50.0,
         burst: int = 100,
@@ -144,11 +147,12 @@ class RequestSender:
         metrics: ControllerMetrics | None = None,
         user_agent: str = "torchrun-controller",
         write_fence: Callable[[], bool] | None = None,
+        credentials: CredentialSource | None = None,
     ) -> None:
-        configuration.connection_pool_maxsize = pool_size
-        self.configuration = configuration
-        self.host = configuration.host.rstrip("/")
-        self._pool = RESTClientObject(configuration).pool_manager
+        self.config = config
+        self.host = config.host.rstrip("/")
+        self.credentials = credentials or Credentials(config)
+        self._transport = Transport(config, self.credentials, pool_size)
         self._limiter = TokenBucket(qps, burst)
         self.timeout = timeout  # the read timeout of `do`'s attempts
         self.max_attempts = max_attempts
@@ -172,11 +176,11 @@ class RequestSender:
         started = time.perf_counter()
         code = "<error>"
         try:
-            resp = self._pool.request(
+            resp = self._transport.pool().request(
                 req.method,
                 req.url(self.host),
                 body=req.data(),
-                headers=request_headers(self.configuration, self.user_agent, req.content_type_header()),
+                headers=request_headers(self.credentials, self.user_agent, req.content_type_header()),
                 timeout=timeout,
                 preload_content=not stream,
                 retries=False,
@@ -185,6 +189,8 @@ class RequestSender:
         finally:
             self.metrics.rest_requests.labels(req.verb, req.resource, code).inc()
             self.metrics.rest_latency.labels(req.verb, req.resource).observe(time.perf_counter() - started)
+        if resp.status == 401:
+            self.credentials.unauthorized()
         _raise_for_status(resp, req, stream)
         return resp
 

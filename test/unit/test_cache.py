@@ -8,7 +8,6 @@ import threading
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
 from testbed import wait_until
 
 from controller.cache import (
@@ -24,6 +23,7 @@ from controller.cache.store import OWNER_INDEX, controller_owner_index, split_ke
 from controller.cache.transforms import slim_pod, strip_managed_fields
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
+from controller.rest.config import ClusterConfig
 from controller.rest.resources import PODS
 
 
@@ -128,8 +128,7 @@ class Recorder:
 
 def make_informer(resync: float = 0.0) -> SharedIndexInformer:
     # The informer is driven through its reflector-sink methods; no API server is contacted.
-    cfg = k8s_client.Configuration()
-    cfg.host = "http://127.0.0.1:9"
+    cfg = ClusterConfig(host="http://127.0.0.1:9")
     rest = RESTClient(cfg, metrics=ControllerMetrics())
     return SharedIndexInformer(rest, PODS, resync_period=resync)
 
@@ -283,8 +282,7 @@ def test_slim_pod_keeps_what_controllers_read() -> None:
 
 class TestFactoryRegistration:
     def factory(self) -> SharedInformerFactory:
-        cfg = k8s_client.Configuration()
-        cfg.host = "http://127.0.0.1:9"
+        cfg = ClusterConfig(host="http://127.0.0.1:9")
         return SharedInformerFactory(RESTClient(cfg, metrics=ControllerMetrics()), namespace="ns")
 
     def test_compatible_registrations_share_one_informer(self) -> None:

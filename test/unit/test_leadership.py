@@ -15,13 +15,13 @@ from typing import Any, cast
 
 import pytest
 import urllib3
-from kubernetes import client as k8s_client
 
 from controller.clock import FakeClock
 from controller.cmd.options import parse
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
+from controller.rest.config import ClusterConfig
 from controller.rest.errors import ApiError, LeadershipLostError
 from controller.rest.resources import LEASES, PODS
 from controller.runtime import Controller, Result
@@ -167,8 +167,9 @@ def closed_port() -> int:
 
 
 def fenced_client(fence_open: bool) -> RESTClient:
-    config = k8s_client.Configuration()
-    config.host = f"http://127.0.0.1:{closed_port()}"  # nothing listens: any send fails to connect
+    config = ClusterConfig(
+        host=f"http://127.0.0.1:{closed_port()}"
+    )  # nothing listens: any send fails to connect
     return RESTClient(config, max_attempts=1, metrics=ControllerMetrics(), write_fence=lambda: fence_open)
 
 

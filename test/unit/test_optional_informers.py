@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
 from testbed import wait_until
 
 from controller.cache import OptionalInformers, SharedInformerFactory
@@ -16,6 +15,7 @@ from controller.errors import TransientError
 from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
+from controller.rest.config import ClusterConfig
 
 WIDGETS = Resource("example.com", "v1", "widgets", "Widget")
 
@@ -26,8 +26,7 @@ def widget(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def factory() -> SharedInformerFactory:
-    cfg = k8s_client.Configuration()
-    cfg.host = "http://127.0.0.1:9"  # nothing listens: a started reflector only backs off
+    cfg = ClusterConfig(host="http://127.0.0.1:9")  # nothing listens: a started reflector only backs off
     return SharedInformerFactory(RESTClient(cfg, metrics=ControllerMetrics()), namespace="ns")
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes import client as k8s_client
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient, is_retryable
+from controller.rest.config import ClusterConfig
 from controller.rest.errors import ApiError
 from controller.rest.resources import CONFIGMAPS
 
@@ -160,8 +160,7 @@ def harness() -> Iterator[Harness]:
 
 
 def client_for(server: Harness, **kwargs: Any) -> RESTClient:
-    cfg = k8s_client.Configuration()
-    cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
+    cfg = ClusterConfig(host=f"http://127.0.0.1:{server.server_address[1]}")
     return RESTClient(cfg, metrics=ControllerMetrics(), **kwargs)
 
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 import urllib3
-from kubernetes import client as k8s_client
 
 from controller.metrics.registry import ControllerMetrics
+from controller.rest.config import ClusterConfig
 from controller.rest.errors import ApiError, LeadershipLostError
 from controller.rest.request import MAX_RETRY_AFTER, Request, RequestSender, retry_delay
 
@@ -52,8 +52,7 @@ def refusing() -> Iterator[str]:
 
 
 def sender(host: str, fence_open: bool | None = None, max_attempts: int = 3) -> RequestSender:
-    cfg = k8s_client.Configuration()
-    cfg.host = host
+    cfg = ClusterConfig(host=host)
     fence = None if fence_open is None else (lambda: fence_open)
     return RequestSender(cfg, metrics=ControllerMetrics(), max_attempts=max_attempts, write_fence=fence)
 

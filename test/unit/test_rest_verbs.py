@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes import client as k8s_client
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
+from controller.rest.config import ClusterConfig
 from controller.rest.request import Request
 from controller.rest.resources import CONFIGMAPS, NODES, PODS
 
@@ -23,8 +23,7 @@ CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namesp
 
 class RecordingClient(RESTClient):
     def __init__(self) -> None:
-        cfg = k8s_client.Configuration()
-        cfg.host = HOST
+        cfg = ClusterConfig(host=HOST)
         super().__init__(cfg, metrics=ControllerMetrics())
         self.sent: list[Request] = []
 
