@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3
 import yaml
 
 from controller.clock import FakeClock
