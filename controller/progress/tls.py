@@ -3,11 +3,12 @@
 `server_context(cert_dir)` loads `tls.crt`/`tls.key` from the directory (e.g. a cert-manager
 Certificate's Secret mounted there: the kubelet refreshes the files, and a restart picks them
 up); with no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in
-memory and a private temporary directory that is removed at once. `ca_bundle(cert_dir)` is the
-`ca.crt` beside them, if any: the controller gives it to the reporters, which then verify the
-endpoint against it. A self-signed certificate has no CA to hand out (each replica makes its
-own, and a job's pods outlive a failover), so reporters then encrypt without verifying —
-docs/design/progress.md says what that costs and why it is bounded.
+memory and a private temporary directory that is removed at once (`cryptography` is imported
+only then: with a certificate directory, or the endpoint off, the process never loads it).
+`ca_bundle(cert_dir)` is the `ca.crt` beside them, if any: the controller gives it to the
+reporters, which then verify the endpoint against it. A self-signed certificate has no CA to
+hand out (each replica makes its own, and a job's pods outlive a failover), so reporters then
+encrypt without verifying — docs/design/progress.md says what that costs and why it is bounded.
 """
 
 from __future__ import annotations
@@ -18,11 +19,6 @@ import os
 import ssl
 import tempfile
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 SUBJECT = "torchrun-controller progress endpoint"
 
@@ -55,6 +51,12 @@ def ca_bundle(cert_dir: str | None) -> str | None:
 def self_signed(days: int = 365, subject: str = SUBJECT, ips: tuple[str, ...] = ()) -> tuple[bytes, bytes]:
     """A self-signed certificate and its private key, both PEM. With `ips` it names those
     addresses (subjectAltName) and is its own CA, so a client can verify against it."""
+    # imported here: `cryptography` costs ~14 MiB of RSS, and only a self-signed certificate needs it
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     now = datetime.datetime.now(datetime.timezone.utc)
