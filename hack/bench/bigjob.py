@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from auditlog import Window
+from auditlog import Window, by_agent
 from burst import IMAGE, bench_queue
 from common import (
     KCM_DEFAULT,
@@ -202,7 +202,7 @@ def run(c: Cluster, subject: Subject, ns: str, nodes: int) -> dict[str, Any]:
     c.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     proc, _ = start(c, subject, ns, c.qps, c.burst)
     pods = Pods(c.rest, ns)
-    steps: dict[str, dict[str, float]] = {}
+    steps: dict[str, dict[str, Any]] = {}
 
     def step(name: str, act: Callable[[], Any], done: Callable[[Any], bool]) -> None:
         window = Window(c.kubeconfig.parent, ns)
@@ -210,15 +210,18 @@ def run(c: Cluster, subject: Subject, ns: str, nodes: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         acted = act()
         end = _wait(lambda: done(acted), f"{subject.name} {name}")
-        own, cluster = writes_of(subject, window.wait_quiet(quiet=5, timeout=900))
+        writes = window.wait_quiet(quiet=5, timeout=900)
+        own, cluster = writes_of(subject, writes)
         steps[name] = {
             "seconds": end - t0,
             "own_writes": own,
             "writes": cluster,
+            "agents": by_verb(writes),
             "cpu_s": cpu_seconds(proc.pid) - cpu0,
             "kcm_cpu_s": cpu_seconds(kcm_pid(c.kubeconfig)) - kcm0,
         }
-        print(f"[{time.strftime('%H:%M:%S')}]   W2 {subject.name} {name}: {steps[name]}", flush=True)
+        brief = {k: v for k, v in steps[name].items() if k != "agents"}
+        print(f"[{time.strftime('%H:%M:%S')}]   W2 {subject.name} {name}: {brief}", flush=True)
 
     try:
         step(
@@ -273,7 +276,28 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
         f"{args.w2_nodes} pods of {GPUS} GPUs; controllers at client QPS {args.qps} / burst "
         f"{args.burst}, {args.threads} workers"
     )
-    return f"{head}\n\n{steps_table(results)}"
+    return f"{head}\n\n{steps_table(results)}\n\n{writers_table(results)}"
+
+
+def by_verb(writes: list[dict[str, Any]]) -> dict[str, int]:
+    """Writes by writer (auditlog.by_agent), verb and resource: `job-controller create pods`."""
+    out: dict[str, int] = {}
+    for e in writes:
+        ref = e.get("objectRef") or {}
+        resource = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        key = f"{next(iter(by_agent([e])))} {e.get('verb')} {resource}"
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def writers_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """Each step's writes by writer, verb and resource, the most first (the test bed's node agent's
+    included here)."""
+    rows: list[list[object]] = []
+    for (setting, name), r in results.items():
+        for step, m in r["steps"].items():
+            rows.append([setting, name, step, ", ".join(f"{k} {n}" for k, n in m["agents"].items())])
+    return table(["kcm client", "subject", "step", "writes by writer, verb and resource"], rows)
 
 
 def steps_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
