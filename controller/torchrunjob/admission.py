@@ -10,7 +10,7 @@ reads the queue from its cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,14 +52,20 @@ class Refusal:
     message: str
 
 
-def admit(job: TorchrunJob, raw_queue: Mapping[str, Any] | None) -> Admission | Refusal:
+def admit(
+    job: TorchrunJob,
+    raw_queue: Mapping[str, Any] | None,
+    parse_queue: Callable[[Mapping[str, Any]], TorchrunQueue] = TorchrunQueue.from_json,
+) -> Admission | Refusal:
+    """The verdict of the module docstring; `parse_queue` may return a shared parse of the same
+    queue version (the reconciler's `QueueParses`)."""
     qname = job.spec.job_queue
     if raw_queue is None:
         return Refusal(
             Reason.QUEUE_NOT_FOUND, f"TorchrunQueue {qname} does not exist; the job starts when it is created"
         )
     try:
-        queue = TorchrunQueue.from_json(raw_queue)
+        queue = parse_queue(raw_queue)
     except InvalidObjectError as exc:  # e.g. written by hand past the CRD's schema: wait for a fix
         return Refusal(Reason.QUEUE_NOT_READY, f"TorchrunQueue {qname} cannot be read: {exc}")
     if not is_true(queue.status.conditions, QueueConditionType.READY):

@@ -56,7 +56,7 @@ from controller.torchrunjob.progress import ProgressSettings, ProgressStep
 from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.reporter import StatusReporter
 from controller.torchrunjob.steps import Proceed, Step
-from controller.torchrunjob.updater import JobTracker, JobUpdater
+from controller.torchrunjob.updater import JobTracker, JobUpdater, QueueParses
 from controller.torchrunjob.workers import Attempt, Workers, WorkerSettings
 
 log = structlog.get_logger("torchrunjob")
@@ -109,6 +109,7 @@ class TorchrunJobReconciler:
         self.progress = ProgressStep(opts.progress, pods)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
+        self.queue_parses = QueueParses()
 
     def reconcile(self, key: str) -> Result | None:
         ns, _, name = key.partition("/")
@@ -177,7 +178,7 @@ class TorchrunJobReconciler:
         raw_queue = self.queues.get(job.spec.job_queue)
         meta = {} if raw_queue is None else raw_queue["metadata"]
         versions = (job.metadata.resource_version, meta.get("uid"), meta.get("resourceVersion"))
-        verdict = updater.memo("admission", versions, lambda: admit(job, raw_queue))
+        verdict = updater.memo("admission", versions, lambda: admit(job, raw_queue, self.queue_parses.parse))
         if isinstance(verdict, Refusal):
             p.cond(C.ADMITTED, False, verdict.reason, verdict.message)
             return None

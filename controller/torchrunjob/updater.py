@@ -10,15 +10,18 @@ lucky). `cache_behind(rv)`: a cached job still at the version our last status wr
 not caught up with that write (resourceVersions are never reused, so equality is the whole test).
 `memo(name, version, compute)` keeps one computed value per name for as long as its inputs'
 `version` (resourceVersions) stays the same: a pass on an unchanged job and queue parses and
-admits nothing again. The values are immutable (frozen dataclasses), so sharing them is safe.
+admits nothing again. The values are immutable (frozen dataclasses), so sharing them is safe;
+`QueueParses` shares one parse of each queue version among all the jobs admitted to it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from controller.api import TorchrunQueue
 
 T = TypeVar("T")
 
@@ -101,3 +104,24 @@ class JobTracker:
     def __len__(self) -> int:
         with self._lock:
             return len(self._updaters)
+
+
+class QueueParses:
+    """One parsed `TorchrunQueue` per queue version, shared by every job's admission: a thousand
+    jobs on one queue hold one parse of it, not a thousand (and parse it once per change)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parsed: dict[str, tuple[tuple[str, str], TorchrunQueue]] = {}
+
+    def parse(self, raw: Mapping[str, Any]) -> TorchrunQueue:
+        meta = raw["metadata"]
+        version = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+        with self._lock:
+            held = self._parsed.get(meta["name"])
+        if held is not None and held[0] == version:
+            return held[1]
+        queue = TorchrunQueue.from_json(raw)  # an InvalidObjectError is the caller's to report
+        with self._lock:
+            self._parsed[meta["name"]] = (version, queue)
+        return queue

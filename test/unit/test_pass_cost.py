@@ -14,7 +14,7 @@ from controller.api import ConditionStatus, JobConditionType, set_condition
 from controller.cache import Lister, freeze, same_json
 from controller.cache.store import Indexer, label_index, label_index_name
 from controller.torchrunjob import status as st
-from controller.torchrunjob.updater import JobUpdater
+from controller.torchrunjob.updater import JobUpdater, QueueParses
 
 NOW = datetime(2026, 11, 25, tzinfo=timezone.utc)
 
@@ -135,3 +135,21 @@ def test_admitted_on_first_sight_is_no_event_but_after_a_wait_it_is() -> None:
     events = st.transition_events(waited, admitted)
     assert [(e.warning, e.reason) for e in events] == [(False, "Admitted")]
     assert admitted[0].status is ConditionStatus.TRUE
+
+
+def test_every_job_of_a_queue_version_shares_one_parse_of_it() -> None:
+    parses = QueueParses()
+    raw = freeze(to_json_queue())
+    first = parses.parse(raw)
+    assert parses.parse(freeze(to_json_queue())) is first  # same uid and resourceVersion
+    changed = freeze({**to_json_queue(), "metadata": {**to_json_queue()["metadata"], "resourceVersion": "9"}})
+    assert parses.parse(changed) is not first
+
+
+def to_json_queue() -> dict[str, Any]:
+    return {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunQueue",
+        "metadata": {"name": "q", "uid": "q-1", "resourceVersion": "8", "generation": 1},
+        "spec": {"nodeResources": {"gpus": 8}, "image": "img:1"},
+    }
