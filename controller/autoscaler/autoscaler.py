@@ -1,15 +1,16 @@
 """Autoscaler: every `period` seconds, on the leader only, plan and apply size changes of elastic
 TorchrunJobs (the seed's `Run(threadiness, maxLoadDesired, ...)` autoscaler; SPEC §6).
 
-A pass reads the informer caches only (nodes, pods, TorchrunJobs, TorchrunQueues: no API reads),
-builds the snapshot (`snapshot.py`), exports the GPU load, plans (`planner.py`) and applies each
-change as a merge patch of the job's `status.desiredNodes` carrying the cached resourceVersion:
-if the job changed since the snapshot the patch is refused (409) and the next pass plans again
-from fresh state, so a decision is never applied to a job it was not made for. The TorchrunJob
-reconciler then moves the worker Job's parallelism to it (torchrunjob/elastic.py). Each applied
-change is an Event on the job (`ScaledUp`/`ScaledDown`: `2→3 nodes, cluster GPU load 0.62 →
-0.75`, and why), a log line and `torchrun_autoscaler_resizes_total{direction}`.
-"""
+Nothing runs until a job the autoscaler may resize exists (`has_work`); then its cluster-wide caches
+start (`wiring.py`) and a pass runs every period. A pass reads the informer caches only (nodes,
+pods, TorchrunJobs, TorchrunQueues: no API reads), builds the snapshot (`snapshot.py`), exports the
+GPU load, plans (`planner.py`) and applies each change as a merge patch of the job's
+`status.desiredNodes` carrying the cached resourceVersion: if the job changed since the snapshot the
+patch is refused (409) and the next pass plans again from fresh state, so a decision is never
+applied to a job it was not made for. The TorchrunJob reconciler then moves the worker Job's
+parallelism to it (torchrunjob/elastic.py). Each applied change is an Event on the job
+(`ScaledUp`/`ScaledDown`: `2→3 nodes, cluster GPU load 0.62 → 0.75`, and why), a log line and
+`torchrun_autoscaler_resizes_total{direction}`."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from controller.autoscaler.planner import (
     cluster_load,
     plan,
 )
-from controller.autoscaler.snapshot import build_snapshot
+from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_schedulers
 from controller.cache import Lister
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -88,14 +89,24 @@ class Autoscaler:
         self._thread.start()
 
     def _loop(self, stop: threading.Event) -> None:
+        while not self.has_work():  # no elastic job to resize: no cluster-wide caches, no pass
+            if stop.wait(self.period):
+                return
         if self.before_first_pass is not None and not self.before_first_pass(stop):
             log.error("autoscaler caches did not sync; the autoscaler is not running")
             return
+        log.info("autoscaler started: an elastic job may be resized")
         while not stop.wait(self.period):
             try:
                 self.run_once()
             except Exception:
                 log.exception("autoscaler pass failed")
+
+    def has_work(self) -> bool:
+        """Some job is elastic on a queue the autoscaler may resize on (`snapshot.candidate`'s
+        spec rules; its state is the pass's to judge)."""
+        queues = queue_schedulers(self.queues.list())
+        return any(elastic_candidate(job, queues) for job in self.jobs.list())
 
     def run_once(self) -> list[Resize]:
         """One pass; returns the changes applied."""

@@ -128,20 +128,35 @@ def _queue_settings(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | None:
-    """The job as a resizable elastic job, or None when the autoscaler leaves it alone."""
-    spec, status = job.get("spec") or {}, job.get("status") or {}
+def queue_schedulers(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
+    """Queue name → (scheduler, GPU resource name): what `elastic_candidate` reads of queues."""
+    return _queue_settings(queues)
+
+
+def elastic_candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> bool:
+    """The job is elastic on a queue the autoscaler may resize on, live and not suspended: what
+    `candidate` asks before it looks at how the job is doing."""
+    spec = job.get("spec") or {}
     elastic = spec.get("elastic") or {}
     low, high = int(elastic.get("minNodes") or 0), int(elastic.get("maxNodes") or 0)
     queue = queues.get(spec.get("jobQueue") or "")
     if not (0 < low < high) or queue is None or queue[0] in SCHEDULERS_LEFT_ALONE:
-        return None
+        return False
     if spec.get("suspend") or job["metadata"].get("deletionTimestamp"):
-        return None
+        return False
     if int((spec.get("distributed") or {}).get("maxRestarts") or 0) < 1:
+        return False
+    return not (_is_true(job, "Succeeded") or _is_true(job, "Failed"))
+
+
+def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | None:
+    """The job as a resizable elastic job, or None when the autoscaler leaves it alone."""
+    if not elastic_candidate(job, queues):
         return None
-    if _is_true(job, "Succeeded") or _is_true(job, "Failed"):
-        return None
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    elastic = spec.get("elastic") or {}
+    low, high = int(elastic.get("minNodes") or 0), int(elastic.get("maxNodes") or 0)
+    queue = queues[spec.get("jobQueue") or ""]
     running = _condition(job, "Running")
     if running is None:
         return None

@@ -1,9 +1,10 @@
-"""What the autoscaler reads, and from where: `new_autoscaler` asks the shared factory for
+"""What the autoscaler reads, and from where: `new_autoscaler` gives it
 
-- nodes (cluster-scoped; cached slim: labels, taints, cordon, allocatable, conditions);
-- every pod of the cluster (cached slim: placement, requests, selector, tolerations, phase) — the
-  load is a cluster fact, so with `--namespace` these come from a cluster-wide factory of its own,
-  started by the autoscaler's thread before its first pass;
+- nodes (cluster-scoped; cached slim: labels, taints, cordon, allocatable, conditions) and every
+  pod of the cluster (cached slim: placement, requests, selector, tolerations, phase) — the load
+  is a cluster fact — from a cluster-wide factory of its own that the autoscaler's thread starts
+  only when the first elastic job it may resize exists: a controller that runs no elastic job
+  never lists, watches or holds the cluster's pods and nodes;
 - TorchrunJobs and TorchrunQueues (the informers the controllers share).
 The autoscaler writes only `status.desiredNodes` of TorchrunJobs and Events.
 """
@@ -67,17 +68,15 @@ def new_autoscaler(
     period: float,
     metrics: ControllerMetrics,
 ) -> Autoscaler:
-    cluster_wide = factory if factory.namespace is None else SharedInformerFactory(client, metrics=metrics)
-    before_first_pass = None
-    if cluster_wide is not factory:
+    cluster_wide = SharedInformerFactory(client, metrics=metrics)
 
-        def before_first_pass(stop: threading.Event) -> bool:
-            cluster_wide.start(stop)
-            return all(cluster_wide.wait_for_cache_sync(SYNC_TIMEOUT).values())
+    def before_first_pass(stop: threading.Event) -> bool:
+        cluster_wide.start(stop)
+        return all(cluster_wide.wait_for_cache_sync(SYNC_TIMEOUT).values())
 
     return Autoscaler(
         client,
-        nodes=Lister(factory.informer_for(NODES, transform=slim_node).indexer),
+        nodes=Lister(cluster_wide.informer_for(NODES, transform=slim_node).indexer),
         pods=Lister(cluster_wide.informer_for(PODS, transform=load_pod).indexer),
         jobs=factory.lister_for(TORCHRUNJOBS),
         queues=factory.lister_for(TORCHRUNQUEUES),

@@ -9,7 +9,7 @@ import pytest
 
 from controller.api import JobTopology, TorchrunJob
 from controller.autoscaler.resources import pod_requests
-from controller.autoscaler.snapshot import build_snapshot
+from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_schedulers
 from controller.torchrunjob.elastic import desired_nodes
 
 GPU = "nvidia.com/gpu"
@@ -191,3 +191,18 @@ def test_the_worker_job_runs_desired_nodes_within_the_bounds(desired: int | None
 
 def test_a_rigid_job_keeps_its_size() -> None:
     assert desired_nodes(_elastic_job(3), JobTopology(2, 8, 2, 2)) == 2
+
+
+def test_the_autoscaler_has_work_only_while_a_job_it_may_resize_exists() -> None:
+    """Its cluster-wide node and pod caches start with the first such job (autoscaler.has_work)."""
+    queues = queue_schedulers([queue("q"), queue("kai", scheduler="kai-scheduler")])
+    assert elastic_candidate(tjob("a"), queues)
+    assert elastic_candidate(tjob("w", running=("False", "WorkersStarting")), queues)  # state is the pass's
+    assert not elastic_candidate(tjob("b", elastic=None), queues)
+    assert not elastic_candidate(tjob("c", elastic=(2, 2)), queues)
+    assert not elastic_candidate(tjob("d", max_restarts=0), queues)
+    assert not elastic_candidate(tjob("e", queue_name="missing"), queues)
+    assert not elastic_candidate(tjob("k", queue_name="kai"), queues)  # its scheduler resizes
+    done = tjob("f")
+    done["status"]["conditions"].append({"type": "Succeeded", "status": "True"})
+    assert not elastic_candidate(done, queues)
