@@ -462,8 +462,7 @@ def run(
         "timeline": sorted(
             [(round(t - started, 1), what) for t, what in chaos.timeline]
             + [(round(t - started, 1), f"{who} exited ({code})") for t, who, code in replicas.exits]
-            + [(round(recorder.all_done - started, 1), "every job Succeeded")]
-            * (recorder.all_done is not None)
+            + [(t - started, "every job Succeeded") for t in [recorder.all_done] if t is not None]
         ),
         "all_done_s": None if recorder.all_done is None else round(recorder.all_done - started, 1),
     }
