@@ -51,7 +51,7 @@ from typing import Any
 
 from auditlog import Window
 from burst import IMAGE, job_name, submit
-from chaoscheck import KINDS, LEASE, RERUNS, Snapshot, failovers, judge
+from chaoscheck import KINDS, LEASE, RERUNS, UNRUN, Snapshot, failovers, judge
 from common import CONTROLPLANE, KCM_DEFAULT, REPO, control_plane, install_crds, percentile, table
 from controllers import torchrun_controller_command
 
@@ -462,7 +462,7 @@ def run(
         "timeline": sorted(
             [(round(t - started, 1), what) for t, what in chaos.timeline]
             + [(round(t - started, 1), f"{who} exited ({code})") for t, who, code in replicas.exits]
-            + [(t - started, "every job Succeeded") for t in [recorder.all_done] if t is not None]
+            + [(round(t - started, 1), "every job Succeeded") for t in [recorder.all_done] if t is not None]
         ),
         "all_done_s": None if recorder.all_done is None else round(recorder.all_done - started, 1),
     }
@@ -501,6 +501,7 @@ def print_table(result: dict[str, Any], kcm: tuple[int, int] | None) -> None:
         *[[f"violations: {kind}", v.get(kind, 0)] for kind in KINDS],
         ["violations in all (target 0)", result["violation_total"]],
         [f"not ours: {RERUNS}", result["seen"].get(RERUNS, 0)],
+        [f"not ours: {UNRUN}", result["seen"].get(UNRUN, 0)],
         ["failover s, kill → new leader's first write (p50 / max)", f"{firsts[0]} / {firsts[1]}"],
         ["failover s, kill → Lease taken (p50 / max)", _p50_max(result["failover_lease_s"])],
         ["writes by a deposed leader (target 0)", result["deposed_writes"]],

@@ -140,3 +140,13 @@ def test_failover_is_timed_from_the_kill_to_the_next_take_and_its_first_write(cc
     ]
     (took, first), *_ = cc.failovers(writes, [(cc.received(writes[0]) + 4.0, "a0")])
     assert (round(took, 3), round(first, 3)) == (15.0, 18.5)
+
+
+def test_an_index_that_never_ran_is_seen_not_a_violation(cc: ModuleType) -> None:
+    """Its pod not created or not bound around an API server restart: index 0 succeeds alone on kwok."""
+    run = clean_run(cc)
+    run["writes"] = [e for e in run["writes"] if cc._name(e) != "j0-1-fghij"]
+    verdict = cc.judge(**run)
+    assert verdict.total == 0
+    assert verdict.seen[cc.UNRUN] == 1
+    assert not verdict.seen[cc.RERUNS]
