@@ -525,6 +525,9 @@ def main() -> None:
     ap.add_argument("--kill-gap", type=float, default=6.0, help="a kill comes 0.5–this many s after a take")
     ap.add_argument("--duration", default="5s", help="how long each worker pod runs (kwok)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument(
+        "--settle-timeout", type=float, default=900, help="s to wait for every job after the chaos"
+    )
     ap.add_argument("--kubeconfig", type=Path, help="use this running control plane (its state dir)")
     ap.add_argument("--namespace", help="with --kubeconfig: an existing namespace to run in")
     ap.add_argument("--json", type=Path, help="also write the result here")
@@ -534,6 +537,7 @@ def main() -> None:
     kwargs: dict[str, Any] = {
         "jobs": args.jobs, "kills": args.kills, "lease": lease, "kill_gap": args.kill_gap,
         "duration": args.duration, "seed": args.seed, "logs": args.logs,
+        "settle_timeout": args.settle_timeout,
     }  # fmt: skip
     if args.logs:
         args.logs.mkdir(parents=True, exist_ok=True)

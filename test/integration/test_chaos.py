@@ -42,6 +42,7 @@ def test_every_job_ends_exactly_once_through_kills_an_apiserver_restart_and_a_co
     ]
     command += ["--namespace", namespace, "--jobs", str(JOBS), "--kills", str(KILLS), "--lease", "3,2,0.4"]
     command += ["--kill-gap", "2", "--duration", "2s", "--logs", str(tmp_path / "logs")]
+    command += ["--settle-timeout", "180"]  # a stuck job is a violation, reported before pytest's timeout
     command += ["--json", str(result_file)]
     proc = subprocess.run(
         command, cwd=REPO / "hack" / "bench", capture_output=True, text=True, timeout=540, check=False
