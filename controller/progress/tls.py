@@ -2,9 +2,10 @@
 
 `server_context(cert_dir)` loads `tls.crt`/`tls.key` from the directory (e.g. a cert-manager
 Certificate's Secret mounted there: the kubelet refreshes the files, and a restart picks them
-up); with no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in
-memory and a private temporary directory that is removed at once (`cryptography` is imported
-only then: with a certificate directory, or the endpoint off, the process never loads it).
+up); with no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in a
+short-lived child process (`python -m controller.progress.tls`, which hands the PEMs back over a
+pipe), so `cryptography` (~14 MiB of RSS) is never loaded into the controller itself; the files
+ssl needs live in a private temporary directory removed at once.
 `ca_bundle(cert_dir)` is the `ca.crt` beside them, if any: the controller gives it to the
 reporters, which then verify the endpoint against it. A self-signed certificate has no CA to
 hand out (each replica makes its own, and a job's pods outlive a failover), so reporters then
@@ -17,6 +18,8 @@ import datetime
 import ipaddress
 import os
 import ssl
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,7 +33,7 @@ def server_context(cert_dir: str | None) -> ssl.SSLContext:
     if cert_dir:
         ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
         return ctx
-    cert, key = self_signed()
+    cert, key = self_signed_in_child()
     with tempfile.TemporaryDirectory() as tmp:  # ssl loads chains from files only
         crt_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
         key_path.touch(mode=0o600)
@@ -38,6 +41,22 @@ def server_context(cert_dir: str | None) -> ssl.SSLContext:
         crt_path.write_bytes(cert)
         ctx.load_cert_chain(str(crt_path), str(key_path))
     return ctx
+
+
+def self_signed_in_child(timeout: float = 60.0) -> tuple[bytes, bytes]:
+    """`self_signed()` made by a child process, so this one never imports `cryptography`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "controller.progress.tls"], capture_output=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        why = proc.stderr.decode(errors="replace").strip()
+        raise ValueError(f"cannot make a self-signed certificate: {why}")
+    pem = proc.stdout.decode()
+    marker = "-----BEGIN PRIVATE KEY-----"
+    cert, sep, key = pem.partition(marker)
+    if not sep or "BEGIN CERTIFICATE" not in cert:
+        raise ValueError("cannot make a self-signed certificate: the child wrote no certificate and key")
+    return cert.encode(), (marker + key).encode()
 
 
 def ca_bundle(cert_dir: str | None) -> str | None:
@@ -78,3 +97,8 @@ def self_signed(days: int = 365, subject: str = SUBJECT, ips: tuple[str, ...] = 
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+if __name__ == "__main__":  # `self_signed_in_child`'s child: the certificate, then the key, as PEM
+    _cert, _key = self_signed()
+    sys.stdout.buffer.write(_cert + _key)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -71,3 +73,13 @@ def test_a_silent_client_holds_nobody_up(endpoint: ProgressEndpoint) -> None:
         started = time.monotonic()
         assert post(endpoint.port)[0] == 503
         assert time.monotonic() - started < 3
+
+
+def test_the_self_signed_certificate_is_made_without_loading_cryptography_here() -> None:
+    """`cryptography` costs ~14 MiB of RSS: a child process makes the certificate (tls.py)."""
+    probe = (
+        "import sys; from controller.progress.tls import server_context; server_context(None); "
+        "assert 'cryptography' not in sys.modules, 'cryptography was imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
