@@ -77,3 +77,22 @@ POD_SHAPE: Shape = {
     },
 }
 slim_pod = project(POD_SHAPE)
+# what the controllers read from worker Jobs: identity, ownership, the annotations that say which
+# attempt and workspace generation a Job was made for, the fields we change after creating it
+# (suspend, parallelism), and its status. The pod template — most of a worker Job's bytes: the
+# torchrun container, its init containers, env and volumes — is ours and immutable: nobody reads
+# it back, so it is not cached (~1 KB kept of a typical worker Job's several)
+JOB_SHAPE: Shape = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": {**_METADATA, "annotations": True},
+    "spec": {
+        "parallelism": True,
+        "completions": True,
+        "completionMode": True,
+        "suspend": True,
+        "managedBy": True,
+    },
+    "status": True,
+}
+slim_job = project(JOB_SHAPE)

@@ -11,8 +11,8 @@ conditions — suspended, running (hot reload rolls workers made before the gene
 No step writes the status: it is computed from what the steps returned and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events) — but a write that would
-change only the worker counts waits up to `COUNTS_BATCH` seconds for more, so pods starting
-together cost one write, not one per count. Timers come back as
+change only the worker counts (and the messages that quote them) waits up to `COUNTS_BATCH`
+seconds for more, so pods starting together cost a write per batch, not one per count. Timers come back as
 `Result(requeue_after=...)`, a `Wait` no event announces (a name conflict) as a rate-limited
 `Result(requeue=True)`; nothing is requeued at once after our own writes (their watch events bring
 the key back); a pass that finds the cached job still at the version our last status write
@@ -61,8 +61,9 @@ from controller.torchrunjob.workers import Attempt, Workers, WorkerSettings
 
 log = structlog.get_logger("torchrunjob")
 
-COUNTS_BATCH = 2.0
-"""Seconds a status write that changes only `status.workers` may wait for more (`JobUpdater.hold_counts`)."""
+COUNTS_BATCH = 5.0
+"""Seconds a status write that changes only `status.workers` and condition messages may wait for
+more (`JobUpdater.hold_counts`): a 256-node job's start is a handful of writes, not one per pod."""
 
 
 @dataclasses.dataclass
@@ -135,7 +136,7 @@ class TorchrunJobReconciler:
         try:
             self.sync(job, p, updater)
         finally:  # what the steps returned so far is written even when one raised
-            held = updater.hold_counts(time.monotonic(), COUNTS_BATCH) if p.counts_only() else None
+            held = updater.hold_counts(time.monotonic(), COUNTS_BATCH) if p.routine_only() else None
             if held is not None:
                 p.timer(held)
             elif self.reporter.write(raw, p):

@@ -35,6 +35,8 @@ class StatusReporter:
 
     def write(self, raw: Obj, update: st.StatusUpdate) -> bool:
         final = update.final()
+        if final == update.job.status:  # unchanged: nothing to serialise or compare as JSON
+            return False
         if not update_status(self.client, TORCHRUNJOBS, raw, to_json(final)):
             return False
         stored = update.job.status

@@ -278,13 +278,23 @@ class StatusUpdate:
     def is_true(self, type_: str) -> bool:
         return is_true(self.status.conditions, type_)
 
-    def counts_only(self) -> bool:
-        """The status to write differs from the stored one in the worker counts alone."""
+    def routine_only(self) -> bool:
+        """The status to write differs from the stored one only in the worker counts and in the
+        messages of conditions whose status and reason stay (`3/256 worker pods are running`)."""
         final = self.final()
         stored = self.job.status
-        if final.workers == stored.workers:
+        if final == stored:
             return False
-        return dataclasses.replace(final, workers=stored.workers) == stored
+        kept = {c.type: c for c in stored.conditions}
+
+        def as_stored(c: Condition) -> Condition:
+            old = kept.get(c.type)
+            if old is None or (old.status, old.reason) != (c.status, c.reason):
+                return c
+            return dataclasses.replace(c, message=old.message)
+
+        conditions = tuple(as_stored(c) for c in final.conditions)
+        return dataclasses.replace(final, workers=stored.workers, conditions=conditions) == stored
 
     def final(self) -> TorchrunJobStatus:
         """The status to write: phase summarised from the conditions, generation observed."""

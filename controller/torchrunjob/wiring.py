@@ -10,7 +10,8 @@
   or for a pod through its worker Job (found in the cache by name, its UID checked, as client-go's
   `resolveControllerRef`) — after `OWNED_EVENT_BATCH` seconds, as kube-controller-manager's Job
   controller batches its pod events: the many events of pods starting together (created,
-  scheduled, running, the Job's counts) become one pass, not one each. The label only narrows
+  scheduled, running, the Job's counts) become one pass, not one each; a resync's replay of an
+  owned object (its resourceVersion unchanged) enqueues nothing. The label only narrows
   the cache; it never decides whose an object is. One exception, which proves nothing and
   writes nothing: when a labelled object that no TorchrunJob controls goes away, the job its
   label names is looked at again if it is waiting with `NameConflict` — the name may be free now.
@@ -37,7 +38,7 @@ from controller.api.resources import (
 from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers, SharedInformerFactory
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.cache.store import label_index, label_index_name
-from controller.cache.transforms import slim_pod
+from controller.cache.transforms import slim_job, slim_pod
 from controller.meta import Obj, Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
@@ -62,11 +63,12 @@ OWNED_EVENT_BATCH = 1.0
 
 
 def owned_listers(factory: SharedInformerFactory) -> dict[Resource, Lister]:
-    """The caches of what jobs own, narrowed by our label (pods slimmed: see cache/transforms.py);
-    pods indexed by that label's value, so a pass reads its job's pods without scanning the
-    namespace's."""
+    """The caches of what jobs own, narrowed by our label (pods and worker Jobs slimmed: see
+    cache/transforms.py); pods indexed by that label's value, so a pass reads its job's pods
+    without scanning the namespace's."""
     by_job = {label_index_name(JOB_LABEL): label_index(JOB_LABEL)}
     factory.informer_for(PODS, label_selector=JOB_LABEL, transform=slim_pod, indexers=by_job)
+    factory.informer_for(JOBS, label_selector=JOB_LABEL, transform=slim_job)
     return {res: factory.lister_for(res, label_selector=JOB_LABEL) for res in OWNED}
 
 
@@ -117,7 +119,7 @@ def new_controller(
     )
     owned_handler = FuncHandler(
         add=lambda o, _: handlers.owned(o),
-        update=lambda _, n: handlers.owned(n),
+        update=handlers.owned_updated,
         delete=handlers.owned_deleted,
     )
     for resource in OWNED:
@@ -178,6 +180,14 @@ class Handlers:
         key = self.owner_key(obj)
         if key is not None:
             self.enqueue_batched(key)
+
+    def owned_updated(self, old: Obj, new: Obj) -> None:
+        """An update of an owned object; a periodic resync's replay (the same resourceVersion:
+        nothing changed) is none — the job's own resync already brings it back, as in
+        sample-controller's handlers."""
+        if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
+            return
+        self.owned(new)
 
     def owned_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         obj = unwrap_tombstone(obj)

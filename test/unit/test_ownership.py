@@ -25,9 +25,14 @@ def ref(kind: str, name: str, uid: str, *, controller: bool = True) -> dict[str,
 
 
 def obj(
-    name: str, *refs: dict[str, Any], uid: str = "", labels: dict[str, str] | None = None, **extra: Any
+    name: str,
+    *refs: dict[str, Any],
+    uid: str = "",
+    labels: dict[str, str] | None = None,
+    rv: str = "1",
+    **extra: Any,
 ) -> Any:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid or f"uid-{name}"}
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid or f"uid-{name}", "resourceVersion": rv}
     if refs:
         meta["ownerReferences"] = list(refs)
     if labels:
@@ -136,6 +141,15 @@ def test_owned_objects_map_to_their_job_by_controller_reference() -> None:
     h.owned(obj("x-0", ref("Job", "train", "job-2")))  # a Job of that name but another UID
     h.owned(obj("mine", labels={JOB_LABEL: "train"}))  # label only
     assert keys == [f"{NS}/train", f"{NS}/train"]
+
+
+def test_a_resync_replay_of_an_owned_object_enqueues_nothing_a_change_does() -> None:
+    h, keys = handlers(lister(), lister())
+    before = obj("svc", ref("TorchrunJob", "train", "tj-1"), rv="5")
+    h.owned_updated(before, before)  # the periodic resync hands the cached object back
+    assert keys == []
+    h.owned_updated(before, obj("svc", ref("TorchrunJob", "train", "tj-1"), rv="6"))
+    assert keys == [f"{NS}/train"]
 
 
 def test_a_foreign_objects_deletion_wakes_only_a_job_waiting_on_its_name() -> None:

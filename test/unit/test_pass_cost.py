@@ -5,15 +5,19 @@ which condition transitions are worth an Event."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime, timezone
 from typing import Any
 
-from jobspecs import job
+from jobspecs import job, queue, worker
 
 from controller.api import ConditionStatus, JobConditionType, set_condition
 from controller.cache import Lister, freeze, same_json
 from controller.cache.store import Indexer, label_index, label_index_name
+from controller.cache.transforms import slim_job
+from controller.meta import is_controlled_by
 from controller.torchrunjob import status as st
+from controller.torchrunjob.manifests.common import restart_of
 from controller.torchrunjob.updater import JobUpdater, QueueParses
 
 NOW = datetime(2026, 11, 25, tzinfo=timezone.utc)
@@ -116,16 +120,26 @@ def test_active_and_ready_are_counted_from_the_attempts_pods_the_finished_from_t
     assert st.worker_counts({"status": {"active": 2, "ready": 1}}).ready == 1  # no pods given: the Job's
 
 
-def test_a_status_that_differs_only_in_worker_counts_is_counts_only() -> None:
+def test_a_status_that_differs_only_in_worker_counts_and_their_messages_is_routine() -> None:
     j = job(num_nodes=2)
     p = st.StatusUpdate(j, NOW)
     j = dataclasses.replace(j, status=p.final())
     p = st.StatusUpdate(j, NOW)
-    assert not p.counts_only()  # nothing changed at all
+    assert not p.routine_only()  # nothing changed at all
     p.set(workers=st.WorkerCounts(active=2))
-    assert p.counts_only()
+    assert p.routine_only()
     p.cond(JobConditionType.RUNNING, False, "WorkersStarting", "0/2 worker pods are running")
-    assert not p.counts_only()  # a condition changed too: written at once
+    assert not p.routine_only()  # a condition appeared too: written at once
+
+    j = dataclasses.replace(j, status=p.final())
+    p = st.StatusUpdate(j, NOW)
+    p.cond(JobConditionType.RUNNING, False, "WorkersStarting", "1/2 worker pods are running")
+    assert p.routine_only()  # the same status and reason, only the message quotes a new count
+    p.cond(JobConditionType.RUNNING, False, "Unschedulable", "pod j-1: 0/4 nodes")
+    assert not p.routine_only()  # a new reason: written at once
+    p = st.StatusUpdate(j, NOW)
+    p.cond(JobConditionType.RUNNING, True, "AllWorkersRunning", "2/2 worker pods are running")
+    assert not p.routine_only()
 
 
 def test_admitted_on_first_sight_is_no_event_but_after_a_wait_it_is() -> None:
@@ -153,3 +167,20 @@ def to_json_queue() -> dict[str, Any]:
         "metadata": {"name": "q", "uid": "q-1", "resourceVersion": "8", "generation": 1},
         "spec": {"nodeResources": {"gpus": 8}, "image": "img:1"},
     }
+
+
+def test_a_cached_worker_job_keeps_what_the_controller_reads_and_not_its_pod_template() -> None:
+    manifest = worker(job(num_nodes=4), queue(), restart=2, suspend=True, parallelism=3, generation=5)
+    manifest["metadata"].update(
+        uid="w-1", resourceVersion="9", ownerReferences=[{"uid": "tj", "controller": True}]
+    )
+    manifest["status"] = {"active": 3, "ready": 2, "conditions": [{"type": "Suspended", "status": "False"}]}
+    slim = slim_job(manifest)
+    assert "template" not in slim["spec"]
+    assert slim["spec"]["suspend"] is True and slim["spec"]["parallelism"] == 3
+    assert slim["status"] == manifest["status"]
+    assert slim["metadata"]["annotations"] == manifest["metadata"]["annotations"]
+    assert restart_of(slim) == 2
+    assert is_controlled_by(slim, "tj")
+    full, kept = len(json.dumps(manifest)), len(json.dumps(slim))
+    assert kept * 3 < full, (kept, full)
