@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from controller.api.labels import GENERATION_ANNOTATION, RESTART_ANNOTATION
+
 Shape = Mapping[str, "Shape | bool"]
 
 
@@ -63,7 +65,17 @@ _METADATA: Shape = {
 POD_SHAPE: Shape = {
     "apiVersion": True,
     "kind": True,
-    "metadata": {**_METADATA, "annotations": {"batch.kubernetes.io/job-completion-index": True}},
+    # the node rank, and which whole-job restart (managed etcd pods) and workspace generation (sync
+    # pods) a pod was made for: reading them from a projection that dropped them would call every
+    # etcd pod restart 0 and every sync pod generation 0
+    "metadata": {
+        **_METADATA,
+        "annotations": {
+            "batch.kubernetes.io/job-completion-index": True,
+            RESTART_ANNOTATION: True,
+            GENERATION_ANNOTATION: True,
+        },
+    },
     "spec": {"nodeName": True, "hostname": True, "subdomain": True},
     "status": {
         "phase": True,

@@ -238,7 +238,12 @@ class TestInformerEvents:
 
 def test_slim_pod_keeps_what_controllers_read() -> None:
     raw = pod("a", owner="j")
-    raw["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "1", "big": "x" * 1000}
+    raw["metadata"]["annotations"] = {
+        "batch.kubernetes.io/job-completion-index": "1",
+        "torchrun.ai/restart": "2",
+        "torchrun.ai/workspace-generation": "3",
+        "big": "x" * 1000,
+    }
     raw["spec"] = {"nodeName": "n1", "containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}
     raw["status"] = {
         "phase": "Pending",
@@ -264,7 +269,11 @@ def test_slim_pod_keeps_what_controllers_read() -> None:
     }
     slim = slim_pod(raw)
     assert slim["metadata"]["ownerReferences"] == raw["metadata"]["ownerReferences"]
-    assert slim["metadata"]["annotations"] == {"batch.kubernetes.io/job-completion-index": "1"}
+    assert slim["metadata"]["annotations"] == {
+        "batch.kubernetes.io/job-completion-index": "1",
+        "torchrun.ai/restart": "2",  # a managed etcd pod's restart (restart_of)
+        "torchrun.ai/workspace-generation": "3",  # a sync pod's generation
+    }
     assert "managedFields" not in slim["metadata"]
     assert slim["spec"] == {"nodeName": "n1"}
     assert slim["status"]["conditions"] == [
