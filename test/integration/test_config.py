@@ -498,7 +498,8 @@ def an_elastic_job_grows_its_service_is_kept_and_it_is_suspended_twice(cluster: 
     reason_is(cluster, ns, "grow", "Running", "AllWorkersRunning")
     merge_patch(cluster, ns, "service", "grow", {"spec": {"publishNotReadyAddresses": False}})
     wait_until(
-        lambda: cluster.get("service", "grow", "-n", ns)["spec"]["publishNotReadyAddresses"] is True,
+        # absent until patched back (False is the default the user's patch leaves)
+        lambda: cluster.get("service", "grow", "-n", ns)["spec"].get("publishNotReadyAddresses") is True,
         30,
         message="the Service's spec patched back",
     )
