@@ -31,7 +31,7 @@ from controller.autoscaler.planner import (
     cluster_load,
     plan,
 )
-from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_schedulers
+from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_settings
 from controller.cache import Lister
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -105,7 +105,7 @@ class Autoscaler:
     def has_work(self) -> bool:
         """Some job is elastic on a queue the autoscaler may resize on (`snapshot.candidate`'s
         spec rules; its state is the pass's to judge)."""
-        queues = queue_schedulers(self.queues.list())
+        queues = queue_settings(self.queues.list())
         return any(elastic_candidate(job, queues) for job in self.jobs.list())
 
     def run_once(self) -> list[Resize]:

@@ -117,7 +117,7 @@ class _Candidate:
     waiting: bool
 
 
-def _queue_settings(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
+def queue_settings(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
     """Queue name → (scheduler, GPU resource name)."""
     out = {}
     for q in queues:
@@ -126,11 +126,6 @@ def _queue_settings(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
         resource = (spec.get("nodeResources") or {}).get("gpuResourceName") or DEFAULT_GPU_RESOURCE
         out[q["metadata"]["name"]] = (scheduler, resource)
     return out
-
-
-def queue_schedulers(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
-    """Queue name → (scheduler, GPU resource name): what `elastic_candidate` reads of queues."""
-    return _queue_settings(queues)
 
 
 def elastic_candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> bool:
@@ -170,12 +165,12 @@ def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | N
 def build_snapshot(
     nodes: Iterable[Obj], pods: Iterable[Obj], jobs: Iterable[Obj], queues: Iterable[Obj]
 ) -> ClusterSnapshot:
-    queue_settings = _queue_settings(queues)
-    gpu_resources = frozenset({DEFAULT_GPU_RESOURCE, *(r for _, r in queue_settings.values())})
+    settings = queue_settings(queues)
+    gpu_resources = frozenset({DEFAULT_GPU_RESOURCE, *(r for _, r in settings.values())})
     schedulable_nodes = [to_node(n) for n in nodes if schedulable(n)]
     free = {n.name: dict(n.free) for n in schedulable_nodes}
     jobs = list(jobs)
-    candidates = {c.key: c for c in (candidate(j, queue_settings) for j in jobs) if c is not None}
+    candidates = {c.key: c for c in (candidate(j, settings) for j in jobs) if c is not None}
     forcing = {
         _key(j)
         for j in jobs

@@ -223,7 +223,9 @@ class TorchrunJobReconciler:
         outcome = st.worker_outcome(attempt.job)
         stalled = self.progress.observe(job, attempt.queue, attempt.job, p, final=outcome is not None)
         if outcome is None:
-            seen = self.workers.retriable_failures(job, attempt.job, fp.retriable_exit_codes)
+            seen = st.retriable_failures(
+                attempt.pods, attempt.job["metadata"]["uid"], fp.retriable_exit_codes
+            )
             # failed pods may be cleaned up by someone else: the count never goes down in an attempt
             p.set(retriable_failures=max(seen, p.status.retriable_failures))
             cap = fp.max_retriable_failures

@@ -20,7 +20,6 @@ job does not control is a `Wait` with `Admitted=False NameConflict`, never touch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,11 +148,6 @@ class Workers:
             self.client.patch(JOBS, job.name, {"spec": {"suspend": False}}, job.namespace)
         if job.spec.elastic is not None:
             self.elastic.resize(job, worker_job, size)
-
-    def retriable_failures(self, job: TorchrunJob, worker_job: Obj, codes: Collection[int]) -> int:
-        """This attempt's pod failures with a retriable exit code (podFailurePolicy ignores them)."""
-        pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
-        return st.retriable_failures(pods, worker_job["metadata"]["uid"], codes)
 
     def unschedulable(self, job: TorchrunJob) -> str | None:
         """The scheduler's words for a worker pod it cannot place, if any."""

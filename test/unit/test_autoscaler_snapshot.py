@@ -9,7 +9,7 @@ import pytest
 
 from controller.api import JobTopology, TorchrunJob
 from controller.autoscaler.resources import pod_requests
-from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_schedulers
+from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_settings
 from controller.torchrunjob.elastic import desired_nodes
 
 GPU = "nvidia.com/gpu"
@@ -195,7 +195,7 @@ def test_a_rigid_job_keeps_its_size() -> None:
 
 def test_the_autoscaler_has_work_only_while_a_job_it_may_resize_exists() -> None:
     """Its cluster-wide node and pod caches start with the first such job (autoscaler.has_work)."""
-    queues = queue_schedulers([queue("q"), queue("kai", scheduler="kai-scheduler")])
+    queues = queue_settings([queue("q"), queue("kai", scheduler="kai-scheduler")])
     assert elastic_candidate(tjob("a"), queues)
     assert elastic_candidate(tjob("w", running=("False", "WorkersStarting")), queues)  # state is the pass's
     assert not elastic_candidate(tjob("b", elastic=None), queues)
