@@ -83,7 +83,7 @@ def rest(cluster: Cluster) -> RESTClient:
 def namespace(cluster: Cluster, record_property: Callable[[str, object], None]) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     agent_log = cluster.node_agent_log_size()
-    cluster.kubectl("create", "namespace", name)
+    cluster.create_namespace(name)
     yield name
     # returns once the namespace's pods are gone, so one test's pods never hold GPUs another test
     # needs; the namespace itself finishes terminating in the background (Cluster.delete_namespace)

@@ -170,6 +170,16 @@ class Cluster:
 
         wait_until(established, timeout=timeout, interval=0.2, message=f"{' '.join(refs)} to be Established")
 
+    def create_namespace(self, name: str, timeout: float = 60) -> None:
+        """Create namespace `name` and return once its `default` ServiceAccount exists, as a user's
+        first pod needs: until kube-controller-manager's serviceaccount controller makes it, the
+        ServiceAccount admission plugin refuses every pod (`error looking up service account
+        <ns>/default`; seen in CI with the controller manager busy)."""
+        self.kubectl("create", "namespace", name)
+        self.kubectl(
+            "wait", "--for=create", "serviceaccount/default", "-n", name, f"--timeout={int(timeout)}s"
+        )
+
     def delete_namespace(self, name: str, timeout: float = 110) -> None:
         """Delete namespace `name` and return once none of its pods holds a node; everything else in
         it is removed in the background. Pods still on a node after `timeout` seconds fail the

@@ -126,7 +126,7 @@ def real() -> Iterator[RealNode]:
 @pytest.fixture
 def namespace(real: RealNode) -> Iterator[str]:
     name = f"rn-{uuid.uuid4().hex[:8]}"
-    real.cluster.kubectl("create", "namespace", name)
+    real.cluster.create_namespace(name)
     yield name
     real.cluster.delete_namespace(name)
 

@@ -116,6 +116,8 @@ def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact
             break
         killed_at.append(kill_after_writes(cluster, namespace, writes))
     assert len(killed_at) >= 3 and max(killed_at) >= 3, killed_at  # real kills between real writes
+    # a killed process may have written the end itself and died before announcing it
+    ended_by_a_killed_process = phases(cluster, namespace).get("crash") == "Failed"
     with controller_process(cluster, namespace):
         wait_until(lambda: phases(cluster, namespace).get("crash") == "Failed", 120, message="Failed")
     status = cluster.get("torchrunjob", "crash", "-n", namespace)["status"]
@@ -137,8 +139,11 @@ def test_killed_right_after_each_write_nothing_duplicates_and_the_count_is_exact
             ours[key] = ours.get(key, 0) + int(e.get("count") or 1)
     twice = {k: n for k, n in ours.items() if n > (attempts if k[0] in PER_ATTEMPT else 1)}
     assert not twice, ours
-    # not vacuous: the last process, never killed, announced the end
-    assert any(r == "RestartLimitExceeded" for r, _ in ours), ours
+    # not vacuous: the Events were read, and a process that made the end and was never killed
+    # announced it (one killed right after writing it may have lost the announcement, CI saw it)
+    assert ours, events
+    if not ended_by_a_killed_process:
+        assert any(r == "RestartLimitExceeded" for r, _ in ours), ours
 
 
 def test_fifty_jobs_with_four_workers_all_succeed(cluster: Cluster, crds: Path, namespace: str) -> None:

@@ -65,7 +65,7 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     (replica-a leads: it is started first and holds the Lease before replica-b starts)."""
     ns = f"t-{uuid.uuid4().hex[:8]}"
     queue = f"q-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", ns)
+    cluster.create_namespace(ns)
     cluster.apply(
         queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}, debug={"stackDumps": True})
     )
