@@ -25,24 +25,46 @@ def _when(stamp: str) -> float:
 
 
 class Window:
-    """The audit events of namespace `ns` from now on (the log's size when opened is the start)."""
+    """The audit events of namespace `ns` from now on (the log's size when opened is the start).
+
+    kube-apiserver rotates its log (lumberjack, 100 MB by default: the file is renamed to
+    `audit-<time>.log`, keeping its inode, and a new `audit.log` is begun): the window follows the
+    file it opened by inode, from its start offset, then reads every file begun after it whole."""
 
     def __init__(self, run_dir: Path, ns: str) -> None:
         self.path = run_dir / "audit.log"
         self.ns = ns
-        self.start = self.path.stat().st_size if self.path.exists() else 0
+        st = self.path.stat() if self.path.exists() else None
+        self.start = st.st_size if st else 0
+        self.inode = st.st_ino if st else None
+        self.opened = time.time()
+
+    def files(self) -> list[tuple[Path, int]]:
+        """The log files holding the window's events, oldest first, each with where to read from."""
+        found: list[tuple[bool, float, Path, int]] = []  # (begun after the window, mtime, ...)
+        for p in self.path.parent.glob("audit*.log"):
+            try:
+                st = p.stat()
+            except FileNotFoundError:  # rotated away between the listing and the stat
+                continue
+            if st.st_ino == self.inode:
+                found.append((False, st.st_mtime, p, self.start))
+            elif st.st_mtime >= self.opened:  # begun (or written) after the window opened
+                found.append((True, st.st_mtime, p, 0))
+        return [(p, offset) for _, _, p, offset in sorted(found, key=lambda f: (f[0], f[1]))]
 
     def events(self) -> list[dict[str, Any]]:
         """Every complete event of the namespace logged since the window opened."""
         needle = f'"namespace":"{self.ns}"'
         out = []
-        with self.path.open() as f:
-            f.seek(self.start)
-            for line in f:
-                if needle in line and line.endswith("\n"):
-                    event = json.loads(line)
-                    if (event.get("objectRef") or {}).get("namespace") == self.ns:
-                        out.append(event)
+        for path, offset in self.files():
+            with path.open() as f:
+                f.seek(offset)
+                for line in f:
+                    if needle in line and line.endswith("\n"):
+                        event = json.loads(line)
+                        if (event.get("objectRef") or {}).get("namespace") == self.ns:
+                            out.append(event)
         return out
 
     def writes(self) -> list[dict[str, Any]]:
