@@ -1,8 +1,9 @@
 """`torchrun-controller`: wire informers, workqueues, reconcilers, GC, metrics and leader election.
 
-Start-up: serve /healthz, /readyz and /metrics at once; then (after winning the Lease, with
---leader-elect) start the informers, wait for their caches, and start the workers, the
-garbage collector and the elastic autoscaler. SIGTERM/SIGINT stop the workers taking keys, let
+Start-up: serve /healthz, /readyz and /metrics at once and start the informers (a standby
+replica's caches are warm when it takes over); then (after winning the Lease, with
+--leader-elect) wait for the caches and start the workers, the garbage collector and the
+elastic autoscaler. SIGTERM/SIGINT stop the workers taking keys, let
 the reconciles in flight finish (at most SHUTDOWN_TIMEOUT), stop the informers, and only then
 release the Lease and exit 0.
 Losing the Lease exits 1 at once, and a write fence keeps every write from leaving the process
@@ -19,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -53,6 +55,8 @@ from controller.torchrunqueue import wiring as torchrunqueue_wiring
 
 log = structlog.get_logger("main")
 SHUTDOWN_TIMEOUT = 20.0  # seconds; below the default terminationGracePeriodSeconds (30)
+CACHE_SYNC_TIMEOUT = 300.0  # seconds a leader waits for its caches before start-up fails
+CACHE_POLL = 1.0  # seconds between looks at the caches (and at `stop`) while they sync
 
 
 class App:
@@ -128,22 +132,42 @@ class App:
             period=opts.autoscaler_period,
             metrics=metrics,
         )
-        metrics.registry.register(JobsCollector(f.lister_for(TORCHRUNJOBS)))
-        if opts.progress_job_metrics:
-            metrics.registry.register(ProgressCollector(f.lister_for(TORCHRUNJOBS)))
         self.synced = threading.Event()
+        self._unsynced: list[str] = []  # the caches not synced at the last look (start_caches)
 
-    def run(self, stop: threading.Event) -> None:
+    def start_caches(self, stop: threading.Event) -> None:
+        """Start the informers and return once every cache has synced (sets `synced`) or `stop` is
+        set. Every replica does this at start-up, a standby too (as controller-runtime's manager
+        starts its caches before the election): a takeover then starts the workers on warm
+        caches instead of listing everything first. A standby only reads; the write fence and
+        `run` keep every write to the leader."""
         self.factory.start(stop)
         self.optional_informers.start(stop)
-        synced = self.factory.wait_for_cache_sync(300)
+        while not stop.is_set():
+            synced = self.factory.wait_for_cache_sync(CACHE_POLL)
+            if all(synced.values()):
+                self.synced.set()
+                log.info("caches synced", informers=sorted(synced))
+                return
+            self._unsynced = sorted(name for name, ok in synced.items() if not ok)
+
+    def run(self, stop: threading.Event) -> None:
+        """Start the controllers, the garbage collector and the autoscaler (this replica leads),
+        once the caches `start_caches` fills have synced; raises if they have not within
+        CACHE_SYNC_TIMEOUT of this call. Returns at once, starting nothing, if `stop` is set."""
+        deadline = time.monotonic() + CACHE_SYNC_TIMEOUT
+        while not self.synced.wait(CACHE_POLL):
+            if stop.is_set():
+                return  # shut down while waiting: start nothing
+            if time.monotonic() > deadline:
+                missing = ", ".join(self._unsynced)
+                raise RuntimeError(f"caches did not sync within {CACHE_SYNC_TIMEOUT:g}s: {missing}")
         if stop.is_set():
-            return  # shut down while waiting: start nothing
-        if not all(synced.values()):
-            missing = sorted(name for name, ok in synced.items() if not ok)
-            raise RuntimeError(f"caches did not sync within 300s: {', '.join(missing)}")
-        self.synced.set()
-        log.info("caches synced", informers=sorted(synced))
+            return
+        # the jobs' gauges come from the leader alone: a standby's (warm) cache would count them twice
+        self.metrics.registry.register(JobsCollector(self.factory.lister_for(TORCHRUNJOBS)))
+        if self.opts.progress_job_metrics:
+            self.metrics.registry.register(ProgressCollector(self.factory.lister_for(TORCHRUNJOBS)))
         self.queue_controller.run()
         self.job_controller.run()
         self.gc.start(stop)
@@ -235,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` dumps every thread's stack
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # the caches fill at once, on a standby too; the controllers start once this replica leads
+    threading.Thread(target=app.start_caches, args=(stop,), name="caches", daemon=True).start()
     if opts.leader_elect:
         elector, elector_thread = _start_leader_election(app, opts, metrics, stop, failed, released)
     else:

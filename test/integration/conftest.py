@@ -44,6 +44,7 @@ def running_app(cluster: Cluster, namespace: str, *flags: str) -> Iterator[App]:
     )
     app = App(opts, ControllerMetrics())
     stop = threading.Event()
+    app.start_caches(stop)
     app.run(stop)
     try:
         yield app

@@ -115,6 +115,9 @@ def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing_and_exits(
             return bool(mine) and (datetime.now(timezone.utc) - received(mine[-1])).total_seconds() > 3
 
         wait_until(quiet, 30, interval=0.5, message="alpha to go quiet")
+        # beta, a standby, filled its caches (warm for a takeover) and led nothing
+        wait_until(lambda: "caches synced" in logs("beta"), 30, message="the standby's caches to sync")
+        assert "became leader" not in logs("beta"), logs("beta")
         alpha.send_signal(signal.SIGSTOP)
         frozen_at = datetime.now(timezone.utc)
 
@@ -151,3 +154,10 @@ def test_a_frozen_leader_that_wakes_after_a_takeover_writes_nothing_and_exits(
         (e["verb"], e["requestURI"], e["requestReceivedTimestamp"]) for e in writes if received(e) >= woken_at
     ]
     assert late == [], f"the old leader wrote after waking up: {late}\n{logs('alpha')}"
+    # the standby's warm caches sent no write: not one, not even to the Lease alpha held
+    standby = [
+        (e["verb"], e["requestURI"])
+        for e in audit_writes(cluster)
+        if e.get("userAgent") == "torchrun-controller/beta" and received(e) < frozen_at
+    ]
+    assert standby == [], standby

@@ -330,6 +330,9 @@ class CachesNeverSync:  # stands in for App: its start-up fails as a missing CRD
     def __init__(self, opts, metrics):
         self.synced = threading.Event()
 
+    def start_caches(self, stop):
+        pass  # they never sync
+
     def run(self, stop):
         raise RuntimeError("caches did not sync within 300s: torchrunjobs")
 
