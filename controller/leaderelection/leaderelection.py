@@ -1,9 +1,10 @@
 """LeaderElector: at most one holder of a Lease at a time, with client-go's timing rules.
 
-- A candidate tries every `retry_period` (jittered ×1.2) to acquire the Lease. It may take it
-  when the Lease does not exist, is held by nobody, or its record has not changed for
-  `lease_duration` as observed on *our* clock (never the holder's timestamps, so clock skew
-  between machines does not matter).
+- A candidate tries every `retry_period` (jittered ×1.2) to acquire the Lease, and once more
+  just after the holder's lease would run out if that comes first. It may take it when the
+  Lease does not exist, is held by nobody, or its record has not changed for the holder's
+  `leaseDurationSeconds` as observed on *our* clock (never the holder's timestamps, so clock
+  skew between machines does not matter).
 - Writes carry the Lease's resourceVersion, so two candidates racing for it cannot both win.
 - The leader renews every `retry_period`. Leadership is valid until `renew_deadline` after the
   moment the last successful acquire/renew *started* (`may_write`, the write fence): another
@@ -37,6 +38,7 @@ from controller.rest.errors import ApiError
 from controller.rest.resources import LEASES
 
 log = structlog.get_logger("leaderelection")
+EXPIRY_MARGIN = 0.05  # seconds after an observed lease runs out that a candidate looks again
 
 
 def _micro_time(t: float) -> str:
@@ -117,8 +119,28 @@ class LeaderElector:
         while not stop.is_set():
             if self._try_acquire_or_renew():
                 return True
-            stop.wait(self.config.retry_period * (1 + 0.2 * random.random()))
+            stop.wait(self._next_look())
         return False
+
+    def _next_look(self) -> float:
+        """Seconds until a candidate reads the Lease again: client-go's retry period, jittered up
+        to 1.2×, brought forward to EXPIRY_MARGIN after the observed holder's lease runs out when
+        that comes sooner. A dead leader's successor so takes over at the expiry, not up to a
+        retry period after it; only when a read happens changes, never who may take the Lease."""
+        wait = self.config.retry_period * (1 + 0.2 * random.random())
+        if (self._observed_record or {}).get("holderIdentity"):
+            left = self._observed_expiry() - self.clock.now()
+            if 0 <= left < wait:
+                return left + EXPIRY_MARGIN
+        return wait
+
+    def _observed_expiry(self) -> float:
+        """When the observed holder's lease runs out on our clock: the moment we saw its record
+        change plus the holder's own `leaseDurationSeconds` (client-go's `isLeaseValid`; our
+        `lease_duration` if the record has none). The holder's, not ours: a candidate with a
+        shorter lease must not take over while a holder with a longer renew deadline still writes."""
+        duration = (self._observed_record or {}).get("leaseDurationSeconds") or self.config.lease_duration
+        return self._observed_time + float(duration)
 
     def _renew(self, stop: threading.Event) -> None:
         """Renew every `retry_period` until `stop`; return when leadership has run out."""
@@ -173,7 +195,7 @@ class LeaderElector:
             if renewing:
                 self._renewed_at = -math.inf  # someone else holds it: stop writing at once
                 return False
-            if self.clock.now() < self._observed_time + cfg.lease_duration:
+            if self.clock.now() < self._observed_expiry():
                 return False  # someone else holds an unexpired lease
         transitions = int(spec.get("leaseTransitions") or 0)
         if holder != me:

@@ -128,6 +128,41 @@ def test_a_frozen_leader_sends_nothing_once_its_deadline_has_passed() -> None:
             assert call["fenced"] is False, "the elector's own Lease writes bypass the fence"
 
 
+def held_by(holder: str, duration: int) -> dict[str, Any]:
+    """A Lease another replica holds, as the API server would return it."""
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "leaseTransitions": 0}
+    return {"metadata": {"name": "lease", "namespace": "ns", "resourceVersion": "1"}, "spec": spec}
+
+
+def test_a_candidate_waits_out_the_holders_lease_duration_not_its_own() -> None:
+    api, clock = FakeLeaseAPI(), FakeClock()
+    api.lease = held_by("other", 30)  # the holder's 30 s lease; this candidate's own is 4 s
+    me = Candidate(api, (4.0, 3.0, 0.1), clock)
+    while not api.calls:
+        time.sleep(0.01)
+    clock.step(20)  # unchanged for 20 s on our clock: past our lease, not past the holder's
+    time.sleep(0.5)  # several looks (every 0.1 s)
+    assert not me.elector.is_leader and api.lease["spec"]["holderIdentity"] == "other"
+    clock.step(10.1)
+    me.wait_leading()
+    me.stop.set()
+
+
+def test_a_candidate_looks_again_just_after_the_observed_lease_runs_out() -> None:
+    clock = FakeClock()
+    config = LeaderElectionConfig("lease", "ns", "me", 15.0, 10.0, 2.0)
+    elector = LeaderElector(cast(RESTClient, FakeLeaseAPI()), config, clock=clock)
+    assert 2.0 <= elector._next_look() <= 2.4  # nothing observed: the jittered retry period
+    elector._observe(held_by("other", 15))
+    assert 2.0 <= elector._next_look() <= 2.4  # a fresh record: its expiry is 15 s away
+    clock.step(14.0)
+    assert elector._next_look() == pytest.approx(1.0 + 0.05)  # the expiry comes first
+    clock.step(1.0)
+    assert elector._next_look() == pytest.approx(0.05)
+    elector._observe(held_by("", 15))  # released: nobody's lease to wait for
+    assert 2.0 <= elector._next_look() <= 2.4
+
+
 def test_a_renewal_against_a_hanging_api_server_ends_within_the_renew_deadline() -> None:
     api = FakeLeaseAPI()
     me = Candidate(api, (3.0, 2.0, 0.2))
