@@ -160,7 +160,7 @@ class App:
             if stop.is_set():
                 return  # shut down while waiting: start nothing
             if time.monotonic() > deadline:
-                missing = ", ".join(self._unsynced)
+                missing = ", ".join(self._unsynced) or "none had started"
                 raise RuntimeError(f"caches did not sync within {CACHE_SYNC_TIMEOUT:g}s: {missing}")
         if stop.is_set():
             return
