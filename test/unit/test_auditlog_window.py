@@ -4,7 +4,6 @@ logged before it opened."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -12,17 +11,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "hack" / "bench" / "auditlog.py"
+from bench_modules import load
 
 
 @pytest.fixture(scope="module")
 def auditlog() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("auditlog", PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("auditlog")
 
 
 def line(ns: str, name: str) -> str:

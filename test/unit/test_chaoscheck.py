@@ -3,25 +3,16 @@ package) finds each kind of violation in a run's record, and none in a clean one
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "hack" / "bench" / "chaoscheck.py"
+from bench_modules import load
 
 
 @pytest.fixture(scope="module")
 def cc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chaoscheck", PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaoscheck"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load("chaoscheck")
 
 
 def ev(
