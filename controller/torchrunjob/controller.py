@@ -244,7 +244,7 @@ class TorchrunJobReconciler:
         if evicted:
             self.reporter.reloaded(self.jobs.get(job.name, job.namespace) or {}, p.status, evicted)
         ready = p.status.workers.ready
-        blocked = None if ready >= topo.nodes else self.workers.unschedulable(job)
+        blocked = None if ready >= topo.nodes else st.unschedulable(attempt.pods)
         running = lifecycle.running(ready, topo.nodes, blocked)
         p.record(running)
         if (

@@ -148,7 +148,3 @@ class Workers:
             self.client.patch(JOBS, job.name, {"spec": {"suspend": False}}, job.namespace)
         if job.spec.elastic is not None:
             self.elastic.resize(job, worker_job, size)
-
-    def unschedulable(self, job: TorchrunJob) -> str | None:
-        """The scheduler's words for a worker pod it cannot place, if any."""
-        return st.unschedulable(self.pods.list(job.namespace, {JOB_LABEL: job.name}))
