@@ -14,7 +14,8 @@ job does not control is a `Wait` with `Admitted=False NameConflict`, never touch
   Kueue's) and an elastic job's size (`ElasticSize.resize`);
 - the answer is `Proceed(Attempt)`: the Job as cached or created, the topology at its size, and
   what its rank 0's `prepare` container reported about checkpoints (`checkpoints.py`).
-`retriable_failures` and `unschedulable` read the attempt's pods from the cache.
+`Attempt.pods` are the cached pods the worker Job controls: a pass counts the workers, their
+retriable failures and the scheduler's words for them from these, listed once.
 """
 
 from __future__ import annotations
