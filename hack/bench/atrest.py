@@ -269,9 +269,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w3-profile", type=Path, default=Path("/tmp/w3-profile.txt"), help="W3: profile file")
 
 
+MEASURED_AT = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+
+
 def main(args: argparse.Namespace, to_home: Path) -> str:
     """W3 on a control plane of its own: both controllers' jobs set up with kube-controller-manager
-    at 100/200 (to get there sooner), then measured at its default 20/30; the tables to print."""
+    at 100/200 (to get there sooner), then each controller measured at its default 20/30 and again
+    at 100/200; the tables to print."""
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     jobs, done = args.w3_jobs, args.w3_jobs - args.w3_running
     setups, results = {}, {}
@@ -283,15 +287,18 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
         for subject in SUBJECTS:
             setups[subject] = populate(c, subject, f"w3-{subject.name.split('-')[0]}", jobs, done)
             print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name} set up: {setups[subject]}", flush=True)
-        restart_kcm(c, KCM_DEFAULT)
-        for subject in SUBJECTS:
-            ns = f"w3-{subject.name.split('-')[0]}"
-            results[subject] = measure(c, subject, ns, jobs, args.w3_idle, args.w3_resync)
-            print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name}: {results[subject]}", flush=True)
+        for setting, kcm in MEASURED_AT.items():
+            restart_kcm(c, kcm)
+            for subject in SUBJECTS:
+                ns = f"w3-{subject.name.split('-')[0]}"
+                results[(setting, subject)] = measure(c, subject, ns, jobs, args.w3_idle, args.w3_resync)
+                done_at = results[(setting, subject)]
+                print(f"[{time.strftime('%H:%M:%S')}]   W3 {setting} {subject.name}: {done_at}", flush=True)
         profile = profile_passes(c, f"w3-{OURS.name.split('-')[0]}", args.w3_profile)
     head = (
         f"W3 at rest, {started}: {jobs} one-node jobs per controller ({done} Succeeded, "
-        f"{jobs - done} Running), 4 kwok nodes; kcm client 20/30 while measured; controllers at "
+        f"{jobs - done} Running), 4 kwok nodes; set up at kcm client 100/200, measured at each "
+        "setting in turn; controllers at "
         f"client QPS {args.qps} / burst {args.burst}, {args.threads} workers; ours with "
         f"--resync-period {args.w3_resync:.0f}; idle window {args.w3_idle:.0f} s"
     )
@@ -304,17 +311,21 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
     return f"{head}\n\n{rest_table(setups, results)}\n\n{tail}"
 
 
-def rest_table(setups: dict[Subject, dict[str, float]], results: dict[Subject, dict[str, Any]]) -> str:
-    """One row per controller; RSS and idle CPU also as ratios to training-operator's."""
-    peer = results[TRAINING_OPERATOR]
+def rest_table(
+    setups: dict[Subject, dict[str, float]], results: dict[tuple[str, Subject], dict[str, Any]]
+) -> str:
+    """One row per kube-controller-manager setting and controller; RSS and idle CPU also as ratios
+    to training-operator's at the same setting."""
 
     def num(value: float | None, fmt: str = ".1f") -> str:
         return "-" if value is None else format(value, fmt)
 
     rows: list[list[object]] = []
-    for subject, r in results.items():
+    for (setting, subject), r in results.items():
+        peer = results[(setting, TRAINING_OPERATOR)]
         rows.append(
             [
+                setting,
                 subject.name,
                 f"{setups[subject]['create_s']:.0f} / {setups[subject]['setup_s']:.0f}",
                 f"{r['quiet_s']:.0f}",
@@ -329,6 +340,14 @@ def rest_table(setups: dict[Subject, dict[str, float]], results: dict[Subject, d
                 num(r["passes_per_cpu_s"], ".0f"),
             ]
         )
-    headers = ["subject", "setup s (creates / all)", "start → quiet s", "RSS MiB", "÷ t-o", "peak RSS MiB"]
+    headers = [
+        "kcm client",
+        "subject",
+        "setup s (creates / all)",
+        "start → quiet s",
+        "RSS MiB",
+        "÷ t-o",
+        "peak RSS MiB",
+    ]
     headers += ["idle CPU s/min", "÷ t-o", "idle writes own / all", "own writes / resync"]
     return table([*headers, "passes (idle window)", "passes / CPU s"], rows)

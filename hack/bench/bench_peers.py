@@ -33,12 +33,14 @@ Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped an
 variants) against N PyTorchJobs, before any workload.
 
 W2 (one 256-node job: start, one pod's retry, our whole-job restart, delete) is bigjob.py's, W3
-(N jobs at rest: RSS, idle CPU, writes per resync, our reconcile pass profiled) atrest.py's, each
-on a control plane of its own; `--workloads` picks among w1, w2, w3 (W1's `--subjects` apply
-to W1 only).
+(N jobs at rest: RSS, idle CPU, writes per resync, our reconcile pass profiled) atrest.py's, W4
+(chaos during a burst of ours: SIGKILLs of the leader, an API server restart, a forced-410
+compaction; the violation count, failover, writes from a deposed leader) chaos.py's, each on a
+control plane of its own and at both kube-controller-manager settings; `--workloads` picks among
+w1, w2, w3, w4 (W1's `--subjects` apply to W1 only).
 
-    python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2] [--workloads w1,w2,w3]
-        [--subjects training-operator,trainer,torchrun,ceiling]
+    python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2] [--workloads w1,w2,w3,w4]
+        [--subjects training-operator,trainer,torchrun,ceiling] [--w4-jobs 1000 --w4-kills 50]
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Any
 import admission
 import atrest
 import bigjob
+import chaos
 from auditlog import Window, by_agent, server_seconds
 from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
 from common import (
@@ -414,13 +417,18 @@ def main() -> None:
         default=",".join(subject_key(subject) for subject in SUBJECTS),
         help="W1's subjects, comma-separated: training-operator,trainer,torchrun,ceiling (default all)",
     )
-    ap.add_argument("--workloads", default="w1,w2,w3", help="comma-separated: w1,w2,w3 (default all)")
+    ap.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated: w1,w2,w3,w4 (default all)"
+    )
     bigjob.add_arguments(ap)
     atrest.add_arguments(ap)
+    ap.add_argument("--w4-jobs", type=int, default=1000, help="W4: two-node jobs in the burst")
+    ap.add_argument("--w4-kills", type=int, default=50, help="W4: SIGKILLs of the leading replica")
+    ap.add_argument("--w4-seed", type=int, default=1, help="W4: seed of the kills' moments")
     args = ap.parse_args()
     workloads = args.workloads.split(",")
-    if set(workloads) - {"w1", "w2", "w3"}:
-        ap.error(f"--workloads: unknown {', '.join(sorted(set(workloads) - {'w1', 'w2', 'w3'}))}")
+    if set(workloads) - set(WORKLOADS):
+        ap.error(f"--workloads: unknown {', '.join(sorted(set(workloads) - set(WORKLOADS)))}")
     subjects = select_subjects(ap, args.subjects, args.diagnose)
     to_home = build_training_operator()
     if "w1" in workloads:
@@ -429,12 +437,29 @@ def main() -> None:
         print(f"\n{bigjob.main(args, to_home)}", flush=True)
     if "w3" in workloads:
         print(f"\n{atrest.main(args, to_home)}", flush=True)
+    if "w4" in workloads:
+        chaos_workload(args)
+
+
+WORKLOADS = ("w1", "w2", "w3", "w4")
+SETTINGS = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+
+
+def chaos_workload(args: argparse.Namespace) -> None:
+    """W4 (chaos.py) at each kube-controller-manager setting, each on a control plane of its own;
+    prints each run's table (its violation count among the rows) as it ends."""
+    for setting, kcm in SETTINGS.items():
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        result = chaos.on_own_plane(kcm, jobs=args.w4_jobs, kills=args.w4_kills, seed=args.w4_seed, logs=None)
+        print(f"\nW4 chaos during a burst, {started}, kcm client {setting}: {args.w4_jobs} two-node jobs,")
+        print(f"{args.w4_kills} SIGKILLs of the leader of two replicas, one kube-apiserver restart, one")
+        print(f"forced-410 etcd compaction\n\n{chaos.result_table(result, kcm)}", flush=True)
 
 
 def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_home: Path) -> None:
     """W1 (and admission) on a control plane of its own; prints its tables."""
     trainer_home = build_trainer() if any(subject_key(x) == "trainer" for x in subjects) else None
-    settings = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+    settings = SETTINGS
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
         rest = RESTClient(

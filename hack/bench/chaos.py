@@ -52,7 +52,16 @@ from typing import Any
 from auditlog import Window
 from burst import IMAGE, job_name, submit
 from chaoscheck import KINDS, LEASE, RERUNS, UNRUN, Snapshot, failovers, judge
-from common import CONTROLPLANE, KCM_DEFAULT, REPO, control_plane, install_crds, percentile, table
+from common import (
+    CONTROLPLANE,
+    KCM_DEFAULT,
+    KCM_PRODUCTION,
+    REPO,
+    control_plane,
+    install_crds,
+    percentile,
+    table,
+)
 from controllers import torchrun_controller_command
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
@@ -483,7 +492,8 @@ def chaos_job(name: str, queue: str) -> dict[str, Any]:
     }
 
 
-def print_table(result: dict[str, Any], kcm: tuple[int, int] | None) -> None:
+def result_table(result: dict[str, Any], kcm: tuple[int, int] | None) -> str:
+    """The run's figures as a table, then its first details and notes, one per line."""
     v = result["violations"]
     after = (result["recorder_410s_after_compaction"], result["controller_410_relists_after_compaction"])
     firsts = (result["failover_p50_s"], result["failover_max_s"])
@@ -507,9 +517,7 @@ def print_table(result: dict[str, Any], kcm: tuple[int, int] | None) -> None:
         ["writes by a deposed leader (target 0)", result["deposed_writes"]],
         ["s until every job Succeeded / chaos done / wall", f"{done} / {result['chaos_s']} / {wall}"],
     ]  # fmt: skip
-    print(table(["W4 chaos", "value"], rows))
-    for line in result["details"][:30] + result["notes"][:10]:
-        print(line)
+    return "\n".join([table(["W4 chaos", "value"], rows), *result["details"][:30], *result["notes"][:10]])
 
 
 def _p50_max(values: list[float]) -> str:
@@ -545,16 +553,22 @@ def main() -> None:
     if args.kubeconfig:
         result = run(args.kubeconfig.resolve(), args.namespace, **kwargs)
     else:
-        kcm = KCM_DEFAULT if args.kcm == "default" else (100, 200)
-        with control_plane(nodes=4, pods_per_node=2 * args.jobs + 10, kcm=kcm) as kubeconfig:
-            install_crds(kubeconfig, REPO / "crd")
-            rest = RESTClient(load_config(str(kubeconfig)))
-            rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "chaos"}})
-            result = run(kubeconfig, "chaos", **kwargs)
+        kcm = KCM_DEFAULT if args.kcm == "default" else KCM_PRODUCTION
+        result = on_own_plane(kcm, **kwargs)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
-    print_table(result, kcm)
+    print(result_table(result, kcm))
     sys.exit(1 if result["violation_total"] else 0)
+
+
+def on_own_plane(kcm: tuple[int, int], **kwargs: Any) -> dict[str, Any]:
+    """W4 on a control plane of its own (4 kwok nodes, kube-controller-manager's client at `kcm`),
+    in namespace `chaos`; `kwargs` are run()'s. The run's result, violations included."""
+    with control_plane(nodes=4, pods_per_node=2 * kwargs["jobs"] + 10, kcm=kcm) as kubeconfig:
+        install_crds(kubeconfig, REPO / "crd")
+        rest = RESTClient(load_config(str(kubeconfig)))
+        rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "chaos"}})
+        return run(kubeconfig, "chaos", **kwargs)
 
 
 if __name__ == "__main__":
