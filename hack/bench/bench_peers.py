@@ -430,7 +430,8 @@ def main() -> None:
     if set(workloads) - set(WORKLOADS):
         ap.error(f"--workloads: unknown {', '.join(sorted(set(workloads) - set(WORKLOADS)))}")
     subjects = select_subjects(ap, args.subjects, args.diagnose)
-    to_home = build_training_operator()
+    # training-operator is a subject of W1-W3 (W4 is ours alone)
+    to_home = build_training_operator() if set(workloads) - {"w4"} else Path()
     if "w1" in workloads:
         burst_workload(args, subjects, to_home)
     if "w2" in workloads:
