@@ -18,6 +18,7 @@ from controller.cache import (
     freeze,
     thaw,
 )
+from controller.cache.frozen import INTERN_MAX
 from controller.cache.informer import FuncHandler, SharedIndexInformer
 from controller.cache.store import OWNER_INDEX, controller_owner_index, split_key
 from controller.cache.transforms import slim_pod, strip_managed_fields
@@ -55,6 +56,14 @@ class TestFrozen:
         deep = copy.deepcopy(obj)
         assert type(deep) is dict and type(deep["spec"]["containers"]) is list
         assert deep == thaw(obj)
+
+    def test_short_values_are_shared_between_objects_and_long_ones_kept_equal(self) -> None:
+        # decoded separately, as two objects from the API server are: equal, not the same strings
+        a, b = (freeze(json.loads(json.dumps(pod(n, ns="team-a-namespace", queue="a100")))) for n in "ab")
+        assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+        assert a["metadata"]["labels"]["queue"] is b["metadata"]["labels"]["queue"]
+        long_a, long_b = (freeze(json.loads(json.dumps({"m": "x" * (INTERN_MAX + 1)}))) for _ in "ab")
+        assert long_a == long_b and long_a["m"] is not long_b["m"]
 
     def test_frozen_serialises_like_the_original(self) -> None:
         raw = pod("a")
