@@ -2,7 +2,7 @@
 the default transform (strip managedFields). Pods are created bound to kwok's fake nodes, so kwok
 runs them and they carry realistic status.
 
-    python hack/bench/bench_informer.py [--pods 10000]
+    python hack/bench/bench_informer.py [--pods 10000] [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from common import control_plane, rss_kib, table
@@ -108,6 +110,12 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=10000)
     ap.add_argument("--measure", choices=sorted(TRANSFORMS))
     ap.add_argument("--kubeconfig")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure slim-pod with the controller package of this checkout (e.g. a worktree of "
+        "an earlier commit), on the same pods, and print the ratio",
+    )
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(args.kubeconfig, args.measure)))
@@ -119,17 +127,23 @@ def main() -> None:
         print(f"created {args.pods} pods in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         time.sleep(5)  # let kwok finish writing pod status
         rows = []
-        for mode in ("none", "strip-managed-fields", "slim-pod"):
+        runs = [(mode, None) for mode in ("none", "strip-managed-fields", "slim-pod")]
+        if args.baseline:
+            runs.append(("slim-pod", args.baseline.resolve()))
+        measured = {}
+        for mode, checkout in runs:
+            env = {**os.environ, "PYTHONPATH": str(checkout)} if checkout else None
             out = subprocess.run(
                 [sys.executable, __file__, "--measure", mode, "--kubeconfig", str(kubeconfig)],
                 check=True,
                 capture_output=True,
                 text=True,
+                env=env,
             ).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            r = measured[(mode, checkout)] = json.loads(out.strip().splitlines()[-1])
             rows.append(
                 [
-                    mode,
+                    f"{mode} ({checkout})" if checkout else mode,
                     int(r["pods"]),
                     f"{r['seconds']:.2f}",
                     int(r["kib_total"]),
@@ -142,6 +156,14 @@ def main() -> None:
             ["transform", "pods", "sync seconds", "RSS added KiB", "RSS bytes/pod", "cached bytes/pod"], rows
         )
     )
+    if args.baseline:
+        ours, base = measured[("slim-pod", None)], measured[("slim-pod", args.baseline.resolve())]
+        ratios = (ours[k] / base[k] for k in ("bytes_per_pod", "live_per_pod"))
+        print(
+            "slim-pod, this checkout ÷ baseline: RSS bytes/pod {:.2f}×, cached bytes/pod {:.2f}×".format(
+                *ratios
+            )
+        )
 
 
 if __name__ == "__main__":
