@@ -31,7 +31,16 @@ from typing import Any
 
 from auditlog import Window, by_agent
 from burst import bench_queue, submit, torchrunjob
-from common import KCM_DEFAULT, KCM_PRODUCTION, REPO, control_plane, cpu_seconds, install_crds, rss_kib, table
+from common import (
+    KCM_PRODUCTION,
+    KCM_SETTINGS,
+    REPO,
+    control_plane,
+    cpu_seconds,
+    install_crds,
+    rss_kib,
+    table,
+)
 from controllers import _metric_sums, prepare_training_operator, pytorchjob, stop
 from workload import (
     OURS,
@@ -269,9 +278,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w3-profile", type=Path, default=Path("/tmp/w3-profile.txt"), help="W3: profile file")
 
 
-MEASURED_AT = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
-
-
 def main(args: argparse.Namespace, to_home: Path) -> str:
     """W3 on a control plane of its own: both controllers' jobs set up with kube-controller-manager
     at 100/200 (to get there sooner), then each controller measured at its default 20/30 and again
@@ -287,7 +293,7 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
         for subject in SUBJECTS:
             setups[subject] = populate(c, subject, f"w3-{subject.name.split('-')[0]}", jobs, done)
             print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name} set up: {setups[subject]}", flush=True)
-        for setting, kcm in MEASURED_AT.items():
+        for setting, kcm in KCM_SETTINGS.items():
             restart_kcm(c, kcm)
             for subject in SUBJECTS:
                 ns = f"w3-{subject.name.split('-')[0]}"

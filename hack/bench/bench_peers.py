@@ -62,7 +62,7 @@ from auditlog import Window, by_agent, server_seconds
 from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
 from common import (
     KCM_DEFAULT,
-    KCM_PRODUCTION,
+    KCM_SETTINGS,
     REPO,
     control_plane,
     cpu_seconds,
@@ -443,13 +443,12 @@ def main() -> None:
 
 
 WORKLOADS = ("w1", "w2", "w3", "w4")
-SETTINGS = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
 
 
 def chaos_workload(args: argparse.Namespace) -> None:
     """W4 (chaos.py) at each kube-controller-manager setting, each on a control plane of its own;
     prints each run's table (its violation count among the rows) as it ends."""
-    for setting, kcm in SETTINGS.items():
+    for setting, kcm in KCM_SETTINGS.items():
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         result = chaos.on_own_plane(kcm, jobs=args.w4_jobs, kills=args.w4_kills, seed=args.w4_seed, logs=None)
         print(f"\nW4 chaos during a burst, {started}, kcm client {setting}: {args.w4_jobs} two-node jobs,")
@@ -460,7 +459,6 @@ def chaos_workload(args: argparse.Namespace) -> None:
 def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_home: Path) -> None:
     """W1 (and admission) on a control plane of its own; prints its tables."""
     trainer_home = build_trainer() if any(subject_key(x) == "trainer" for x in subjects) else None
-    settings = SETTINGS
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
         rest = RESTClient(
@@ -479,7 +477,7 @@ def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_h
             kinds = {"PyTorchJob": pytorchjob, **admission.torchrunjob_subjects(versions)}
             measured = admission.measure(kubeconfig, args.jobs, kinds, args.admission_rounds)
         results: dict[tuple[str, str], dict[str, Any]] = {}
-        for setting, kcm in settings.items():
+        for setting, kcm in KCM_SETTINGS.items():
             if kcm != KCM_DEFAULT:
                 restart_kube_controller_manager(kubeconfig, kcm)
                 wait_job_controller(s)
@@ -494,7 +492,7 @@ def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_h
         f"\nW1 burst, {started}: {args.jobs} two-node jobs at once → all pods Running, 4 kwok nodes; "
         f"controllers at client QPS {args.qps} / burst {args.burst}, {args.threads} workers\n"
     )
-    print(burst_table(results, list(settings), subjects))
+    print(burst_table(results, list(KCM_SETTINGS), subjects))
     print()
     print(writers_table(results))
     print()

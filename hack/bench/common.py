@@ -18,6 +18,8 @@ CONTROLPLANE = REPO / "hack" / "controlplane.sh"
 
 KCM_DEFAULT = (20, 30)  # kube-controller-manager's --kube-api-qps / --kube-api-burst, Kubernetes' own
 KCM_PRODUCTION = (100, 200)  # a common production setting
+# every workload runs at both, by these names
+KCM_SETTINGS = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
 
 
 def _controlplane_env(run_dir: Path, **settings: object) -> dict[str, str]:
