@@ -21,9 +21,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
+
+
+def manifest_text(manifest: dict[str, Any] | list[dict[str, Any]]) -> str:
+    """Objects as kubectl reads them back unchanged: one JSON document each, `---` between. (PyYAML
+    writes a string such as `7179e0` unquoted, as YAML 1.1 reads it, and kubectl's YAML 1.2 parser
+    then reads a number: a random hex label value failed a test that way.)"""
+    return "\n---\n".join(json.dumps(doc) for doc in (manifest if isinstance(manifest, list) else [manifest]))
+
+
 CONTROLPLANE = REPO / "hack" / "controlplane.sh"
 # The control plane's node agent and its sync pods run `controller` on this Python: the one these
 # tests import it with (hack/controlplane.sh reads TORCHRUN_PYTHON; an explicit value wins).
@@ -148,11 +155,7 @@ class Cluster:
     def apply(
         self, manifest: dict[str, Any] | list[dict[str, Any]] | str, namespace: str | None = None
     ) -> str:
-        text = (
-            manifest
-            if isinstance(manifest, str)
-            else yaml.safe_dump_all(manifest if isinstance(manifest, list) else [manifest])
-        )
+        text = manifest if isinstance(manifest, str) else manifest_text(manifest)
         ns = ["-n", namespace] if namespace else []
         return self.kubectl("apply", "--server-side", "--force-conflicts", *ns, "-f", "-", input=text).stdout
 

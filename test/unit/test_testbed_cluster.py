@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testbed import Cluster
+from testbed import Cluster, manifest_text
 
 STUCK_POD = {
     "metadata": {"name": "worker-0", "deletionTimestamp": "2025-01-01T00:00:00Z"},
@@ -44,3 +44,10 @@ def test_delete_namespace_fails_naming_the_pods_still_on_nodes_after_its_timeout
 def test_delete_namespace_returns_once_no_pod_holds_a_node(tmp_path: Path) -> None:
     unbound = {**STUCK_POD, "spec": {}}  # being deleted, never bound: the API server never binds it
     cluster(tmp_path, [unbound]).delete_namespace("t-clean", timeout=0.5)
+
+
+def test_manifests_reach_kubectl_with_every_string_a_string() -> None:
+    # strings YAML 1.2 (kubectl) would read as numbers or booleans when written unquoted
+    tricky = {"metadata": {"labels": {"pool": "7179e0", "n": "0x1f", "yes": "on", "v": "1e3"}}}
+    docs = manifest_text([tricky, {"kind": "B"}]).split("\n---\n")
+    assert [json.loads(d) for d in docs] == [tricky, {"kind": "B"}]
