@@ -63,8 +63,10 @@ class CheckpointMirror:
 
     uri: str = field(
         metadata=api(
-            "s3://bucket/prefix/ under which each checkpoint is copied (as <prefix><name>/...).",
-            schema={"maxLength": 2048, "pattern": r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9]/(.*/)?$"},
+            "s3://bucket/prefix/ under which each job's checkpoints are copied, as "
+            "<prefix><namespace>/<job name>/<job-UID or persisted>/<checkpoint>/... "
+            "(a missing trailing / is added).",
+            schema={"maxLength": 2048, "pattern": r"^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?$"},
         )
     )
     secret: str | None = field(

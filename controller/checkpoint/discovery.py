@@ -14,6 +14,9 @@ symbolic link and never reads outside `root`:
   the name or after `-`/`_`, optionally followed by `-`, `_` or `=`, then the digits ending the
   name; anything else has none. Its time is the mtime of the file that made it complete (else of
   the directory).
+An incomplete entry is **started by us** (`Entry.ours`) when its name is exactly `step-<step>` and
+it holds our `.torchrun_started` as a regular file (`torchrun_checkpoint.path_for` writes it when
+it hands the directory out): the only incomplete entries retention may remove.
 A root that does not exist or is not a directory has no entries. Entries vanishing while they are
 scanned are simply missing from the result.
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = ".torchrun_complete"  # what torchrun_checkpoint.mark_complete writes
+STARTED = ".torchrun_started"  # what torchrun_checkpoint.path_for writes
 DCP_METADATA = ".metadata"
 HF_STATE = "trainer_state.json"
 
@@ -67,6 +71,7 @@ class Entry:
     kind: str | None  # DCP, HF, MARKED; None when incomplete
     step: int | None
     time: float  # seconds since the epoch
+    ours: bool = False  # incomplete, and started by torchrun_checkpoint.path_for (module doc)
 
 
 def _regular_mtime(directory: str, name: str) -> float | None:
@@ -94,7 +99,8 @@ def entry_at(root: Path, name: str) -> Entry | None:
     for kind, mtime in found:
         if mtime is not None:
             return Entry(name, Path(path), True, kind, step, mtime)
-    return Entry(name, Path(path), False, None, step, st.st_mtime)
+    ours = name == f"step-{step}" and _regular_mtime(path, STARTED) is not None
+    return Entry(name, Path(path), False, None, step, st.st_mtime, ours)
 
 
 def scan(root: Path) -> list[Entry]:

@@ -15,8 +15,12 @@ that object).
   start). Names and keys from the store are untrusted: a name
   must be a plain entry name (no `/`, not starting with `.`), a key below it a relative path
   without `.`, `..` or empty parts; anything else is skipped, so nothing lands outside the root.
-- `mirror(root, uri, env, keep)` — rank 0, at every start, after retention: uploads each complete
-  checkpoint the prefix lacks, then, with `keep`, deletes the copies after the `keep` newest.
+- `mirror(root, uri, env, keep, protected=...)` — rank 0, at every start, after retention: uploads
+  each complete checkpoint the prefix lacks, then, with `keep`, deletes what the volume's retention
+  rule chooses among the copies (`retention.newest_beyond`: only copies with a step, after the
+  `keep` newest, never one a framework's state keeps).
+The URI is the job's own sub-prefix (`manifests/checkpoint.mirror_prefix`): what other jobs and
+namespaces copied is never listed, restored or deleted here.
 Both answer `(what they did, problems)`: a store that fails is a problem line naming the URI,
 never a failed start (the volume's checkpoints still resume the job).
 """
@@ -31,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from controller.checkpoint.discovery import MARKER, Entry, by_age, entry_at, latest, scan, step_of
+from controller.checkpoint.retention import newest_beyond
 from controller.sync.errors import SyncError
 from controller.sync.sources.s3 import S3Uri, make_client, parse_uri, store_errors
 
@@ -128,7 +133,9 @@ def _upload(client: Any, prefix: S3Uri, entry: Entry) -> None:
     client.put_object(Bucket=prefix.bucket, Key=base + MIRRORED, Body=b"")
 
 
-def mirror(root: Path, uri: str, env: Mapping[str, str], keep: int | None) -> tuple[int, list[str]]:
+def mirror(
+    root: Path, uri: str, env: Mapping[str, str], keep: int | None, *, protected: frozenset[str] = frozenset()
+) -> tuple[int, list[str]]:
     """Upload what the prefix lacks, then apply retention to the copies (module doc)."""
     uploaded = 0
     try:
@@ -142,7 +149,7 @@ def mirror(root: Path, uri: str, env: Mapping[str, str], keep: int | None) -> tu
                     uploaded += 1
             if keep is not None:
                 copies = _copies(client, prefix)
-                for old in _complete(copies)[keep:]:
+                for old in newest_beyond(_complete(copies), keep, protected):
                     keys = copies[old.name][1]
                     for i in range(0, len(keys), 1000):
                         chunk = [{"Key": k} for k in keys[i : i + 1000]]

@@ -207,7 +207,7 @@ def _checkpoints(
     variables.update(chosen.env)
     mirrored = 0
     if args.s3 and rank0:
-        mirrored, more = mirror(root, args.s3, env, args.keep)
+        mirrored, more = mirror(root, args.s3, env, args.keep, protected=chosen.protected)
         problems += more
     report = chosen.report
     problems = list(report.problems) + problems

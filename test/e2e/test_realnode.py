@@ -720,8 +720,9 @@ def test_a_lost_volume_resumes_from_the_s3_mirror(
         aws_secret_access_key="s",
         region_name="us-east-1",
     )
+    mine = f"mirror/{namespace}/s3job/persisted/"  # the job's own sub-prefix: its claim persists
     keys = {o["Key"] for o in client.list_objects_v2(Bucket="ckpt", Prefix="mirror/").get("Contents") or ()}
-    assert {"mirror/step-4/model.pt", "mirror/step-4/.torchrun-mirrored"} <= keys, keys
+    assert {f"{mine}step-4/model.pt", f"{mine}step-4/.torchrun-mirrored"} <= keys, keys
 
     cluster.kubectl("delete", "torchrunjob", "s3job", "-n", namespace, "--wait=true")
     wait_until(

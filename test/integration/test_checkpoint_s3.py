@@ -20,8 +20,10 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
+from conftest import running_app
+from jobs import make_job, queue_manifest
 from summary_notes import CHECKPOINT_S3
-from testbed import wait_until
+from testbed import Cluster, wait_until
 
 BUCKET = "ckpt"
 URI = f"s3://{BUCKET}/jobs/train/"
@@ -73,14 +75,16 @@ def keys(url: str) -> set[str]:
     return {o["Key"][len("jobs/train/") :] for page in pages for o in page.get("Contents") or ()}
 
 
-def prepare(root: Path, tmp_path: Path, url: str, rank: int, *flags: str) -> tuple[dict[str, Any], str]:
+def prepare(
+    root: Path, tmp_path: Path, url: str, rank: int, *flags: str, uri: str = URI
+) -> tuple[dict[str, Any], str]:
     """One `prepare` run: its termination message (rank 0) and its env file."""
     target, log = tmp_path / f"opt-{rank}", tmp_path / f"termination-{rank}"
     env = {
         "PATH": os.environ["PATH"], "TORCHRUN_NODE_RANK": str(rank), "TORCHRUN_TERMINATION_LOG": str(log),
         "AWS_ENDPOINT_URL": url, **CREDENTIALS,
     }  # fmt: skip
-    argv = ["prepare", "--target", str(target), "--checkpoints", str(root), "--s3", URI, *flags]
+    argv = ["prepare", "--target", str(target), "--checkpoints", str(root), "--s3", uri, *flags]
     proc = subprocess.run(
         [sys.executable, "-m", "controller.sync", *argv],
         check=False,
@@ -112,7 +116,9 @@ def test_mirrored_at_each_start_pruned_there_too_and_restored_on_a_lost_volume(
     root = tmp_path / "volume"
     checkpoint(root, "step-4", {"model.pt": "four"})
     checkpoint(root, "step-8", {"__0_0.distcp": "eight", "sub/opt.pt": "o8"}, marker=".metadata")
-    checkpoint(root, "step-9", {"half.pt": "nine"}, marker=None)  # incomplete: never mirrored
+    checkpoint(
+        root, "step-9", {"half.pt": "nine"}, marker=".torchrun_started"
+    )  # ours, incomplete: not mirrored
     (root / "step-8" / "link").symlink_to(tmp_path)  # a link: never uploaded
     report, _ = prepare(root, tmp_path, endpoint, 0, "--keep", "2")
     assert (report["mirrored"], report["resumedFrom"], report["problems"]) == (2, str(root / "step-8"), [])
@@ -160,3 +166,79 @@ def test_hostile_keys_never_land_outside_the_root_and_a_dead_store_is_a_problem_
     report, env = prepare(dead, tmp_path, f"http://127.0.0.1:{free_port()}", 0)
     assert env == f"TORCHRUN_RESUME_FROM={dead}/step-1\n" and report["mirrored"] == 0
     assert len(report["problems"]) == 1 and report["problems"][0].startswith(f"mirroring to {URI}: ")
+
+
+def mirror_arg(cluster: Cluster, ns: str, job: str) -> str:
+    """The `--s3` its worker Job's `prepare` container gets, as the controller built it."""
+
+    def built() -> list[str] | None:
+        items = cluster.get("jobs", "-n", ns, "-l", f"torchrun-job-name={job}")["items"]
+        return items[0]["spec"]["template"]["spec"]["initContainers"][0]["command"] if items else None
+
+    command = wait_until(built, 60, message=f"the worker Job of {ns}/{job}")
+    return str(command[command.index("--s3") + 1])
+
+
+def keys_under(url: str, prefix: str) -> set[str]:
+    pages = client(url).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"] for page in pages for o in page.get("Contents") or ()}
+
+
+@pytest.mark.stand_in(CHECKPOINT_S3)
+def test_two_namespaces_on_one_queue_never_restore_list_or_delete_each_others_copies(
+    cluster: Cluster, crds: Path, namespace: str, endpoint: str, tmp_path: Path
+) -> None:
+    """One queue, one mirror prefix (without its trailing /), a job `train` in namespaces A and B:
+    each mirrors under its own sub-prefix; B's empty volume restores nothing of A's, B's retention
+    deletes nothing of A's, and a copy planted at the old flat prefix is invisible to both. A new
+    job of A's name (a new UID, no persisted claim) restores nothing the first one left."""
+    other = f"{namespace}-b"
+    cluster.create_namespace(other)
+    queue = f"s3-{namespace}"
+    mirror = {"uri": f"s3://{BUCKET}/shared", "secret": "s3"}
+    storage = {"checkpoints": {"enabled": True, "keep": 1, "s3": mirror}}
+    cluster.apply(queue_manifest(queue, duration="1h", storage=storage))
+    try:
+        with running_app(cluster, namespace), running_app(cluster, other):
+            make_job(cluster, namespace, queue)
+            make_job(cluster, other, queue)
+            uri_a, uri_b = mirror_arg(cluster, namespace, "train"), mirror_arg(cluster, other, "train")
+            uid_a = cluster.get("torchrunjob", "train", "-n", namespace)["metadata"]["uid"]
+            assert uri_a == f"s3://{BUCKET}/shared/{namespace}/train/job-{uid_a}/"
+            assert uri_b.startswith(f"s3://{BUCKET}/shared/{other}/train/job-") and uri_b != uri_a
+
+            client(endpoint).put_object(
+                Bucket=BUCKET, Key="shared/step-999999999/.torchrun-mirrored", Body=b""
+            )
+            volume_a = tmp_path / "a"
+            checkpoint(volume_a, "step-10", {"model.pt": "a10"})
+            checkpoint(volume_a, "step-20", {"model.pt": "a20"})
+            report, _ = prepare(volume_a, tmp_path, endpoint, 0, uri=uri_a)
+            assert report["mirrored"] == 2 and report["problems"] == [], report
+            a_keys = keys_under(endpoint, uri_a[len(f"s3://{BUCKET}/") :])
+            assert len(a_keys) == 6, a_keys  # model.pt, our marker and the mirrored object of each
+
+            volume_b = tmp_path / "b"
+            report, env = prepare(volume_b, tmp_path, endpoint, 0, "--keep", "1", uri=uri_b)
+            assert env == "" and report.get("downloaded") is None and report["count"] == 0, (report, env)
+            checkpoint(volume_b, "step-1", {"model.pt": "b1"})
+            checkpoint(volume_b, "step-2", {"model.pt": "b2"})
+            report, _ = prepare(volume_b, tmp_path, endpoint, 0, "--keep", "1", uri=uri_b)
+            assert (report["mirrored"], report["pruned"]) == (1, 1), report  # step-1 pruned before the upload
+            assert keys_under(endpoint, uri_a[len(f"s3://{BUCKET}/") :]) == a_keys  # B deleted nothing of A's
+            assert "shared/step-999999999/.torchrun-mirrored" in keys_under(endpoint, "shared/step-")
+
+            cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--wait=true")
+            wait_until(
+                lambda: not cluster.get("jobs", "-n", namespace)["items"], 60, message="A's worker Job gone"
+            )
+            make_job(cluster, namespace, queue)
+            again = wait_until(
+                lambda: (u := mirror_arg(cluster, namespace, "train")) != uri_a and u,
+                60, message="the resubmitted job's worker Job",
+            )  # fmt: skip
+            report, env = prepare(tmp_path / "a-again", tmp_path, endpoint, 0, uri=str(again))
+            assert env == "" and report.get("downloaded") is None, (report, env)
+    finally:
+        cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
+        cluster.delete_namespace(other)

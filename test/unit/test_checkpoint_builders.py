@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from jobspecs import env_of, job, queue, worker
 
+from controller.api import TorchrunJob
 from controller.api.validation import validate_job
 from controller.sync import protocol
 from controller.sync.cli import _parser
@@ -63,7 +64,7 @@ def test_an_s3_mirror_gives_prepare_the_uri_and_the_secrets_variables() -> None:
     mirror = {"uri": "s3://bucket/ckpt/", "secret": "s3-creds"}
     q = queue(storage={"checkpoints": {"enabled": True, "s3": mirror}})
     manifest = worker(job(), q)
-    assert prepare_args(manifest)["s3"] == "s3://bucket/ckpt/"
+    assert prepare_args(manifest)["s3"] == "s3://bucket/ckpt/ns/j/job-u-1/"  # the job's own, this UID's
     prepare = manifest["spec"]["template"]["spec"]["initContainers"][0]
     assert prepare["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert "envFrom" not in manifest["spec"]["template"]["spec"]["containers"][0]  # the ranks never see it
@@ -83,3 +84,31 @@ def test_admission_names_a_keep_override_the_queue_does_not_allow() -> None:
     errors = validate_job(job(overrides={"checkpointsKeep": 2}), q)
     assert [e.path for e in errors] == ["spec.overrides.checkpointsKeep"]
     assert "does not allow overriding checkpointsKeep" in errors[0].message
+
+
+def test_each_job_mirrors_under_its_namespace_and_name_and_only_a_persisted_claim_shares_across_uids() -> (
+    None
+):
+    """Two namespaces, two names, two UIDs of one name: never one prefix, whatever the queue's
+    prefix looks like; a persisted claim's resubmission continues from the same prefix."""
+
+    def prefix(uri: str, ns: str, name: str, uid: str, persist: bool = False) -> object:
+        q = queue(storage={"checkpoints": {"enabled": True, "persist": persist, "s3": {"uri": uri}}})
+        meta = {"name": name, "namespace": ns, "uid": uid}
+        j = TorchrunJob.from_json(
+            {"metadata": meta, "spec": {"jobQueue": "q", "numNodes": 1, "command": "x"}}
+        )
+        return prepare_args(worker(j, q))["s3"]
+
+    assert prefix("s3://b/p", "a", "train", "1") == "s3://b/p/a/train/job-1/"  # trailing / added
+    assert prefix("s3://b", "a", "train", "1") == "s3://b/a/train/job-1/"
+    seen = {
+        prefix("s3://b/p/", ns, name, uid) for ns in ("a", "b") for name in ("x", "y") for uid in ("1", "2")
+    }
+    assert len(seen) == 8
+    assert (
+        prefix("s3://b/p/", "a", "x", "1", True)
+        == prefix("s3://b/p/", "a", "x", "2", True)
+        == ("s3://b/p/a/x/persisted/")
+    )
+    assert prefix("s3://b/p/", "b", "x", "1", True) != prefix("s3://b/p/", "a", "x", "1", True)

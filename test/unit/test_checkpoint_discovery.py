@@ -15,6 +15,7 @@ from controller.checkpoint import by_age, latest, parse_report, prune, prune_pla
 from controller.checkpoint import start as start_module
 from controller.checkpoint.discovery import step_of
 from controller.checkpoint.report import MAX_BYTES, CheckpointReport
+from controller.checkpoint.retention import kept_by_frameworks
 from controller.sync.cli import main
 
 TOOLS_HELPER = Path(__file__).resolve().parents[2] / "controller" / "tools" / "python"
@@ -185,7 +186,9 @@ def test_ten_thousand_entries(tmp_path: Path) -> None:
     assert len(entries) == 10_000 and sum(e.complete for e in entries) == 5_000
     chosen = latest(entries)
     assert chosen is not None and chosen.name == "step-9998"
-    assert len(prune_plan(entries, 3)) == 5_000 - 3 + 4_999  # older complete + incomplete below 9998
+    plan = prune_plan(entries, 3)
+    assert len(plan.remove) == 5_000 - 3  # the incomplete ones below 9998 are not saves we started:
+    assert len(plan.kept) == 4_999  # kept, and said
     assert seconds < 30, seconds  # a generous bound: a start must not spend minutes here
 
 
@@ -201,23 +204,75 @@ def test_retention_keeps_the_newest_complete_and_removes_abandoned_saves(tmp_pat
         {
             "step-10": [".torchrun_complete"],
             "step-20": [".metadata"],
-            "step-25": ["half-written.pt"],  # abandoned save: below the newest complete
+            "step-25": ["half-written.pt", ".torchrun_started"],  # abandoned save of ours
             "step-30": [".torchrun_complete"],
             "step-40": [".torchrun_complete"],
-            "step-50": ["in-progress.pt"],  # being written: above it
+            "step-50": ["in-progress.pt", ".torchrun_started"],  # being written: above it
             "tensorboard": ["events.out"],  # the user's own directory: no step
             "step-1": ("link", f"../{OUTSIDE}/step-999"),
         },
     )
     plan = prune_plan(scan(root), 2)
-    assert sorted(e.name for e in plan) == ["step-10", "step-20", "step-25"]
-    done = prune(plan)
+    assert sorted(e.name for e in plan.remove) == ["step-10", "step-20", "step-25"] and plan.kept == []
+    done = prune(plan.remove)
     assert sorted(done.removed) == ["step-10", "step-20", "step-25"] and done.failed == []
     assert {e.name for e in scan(root)} == {"step-30", "step-40", "step-50", "tensorboard"}
     assert (root / "step-1").is_symlink()
     assert tree_of(tmp_path / OUTSIDE) == {"step-999", "step-999/.torchrun_complete"}
     with pytest.raises(ValueError):
         prune_plan([], 0)
+
+
+def test_retention_never_removes_what_it_cannot_prove_is_an_old_save(tmp_path: Path) -> None:
+    """A user's complete directories without a step, a DeepSpeed directory (incomplete by our
+    rules), an incomplete `step-N` nobody's helper started, and the Trainer's best checkpoint all
+    stay, however many newer saves exist; the ones that are not a framework's are said."""
+    root = tmp_path / "root"
+    make(
+        root,
+        {
+            "pretrained": [".metadata", "__0_0.distcp"],  # a DCP directory the user brought
+            "best": [".torchrun_complete"],
+            "global_step5": ["latest", "mp_rank_00_model_states.pt"],  # DeepSpeed's layout
+            "step-6": ["half.pt"],  # incomplete, but not started by path_for: maybe the user's
+            "checkpoint-10": ["trainer_state.json"],
+            "checkpoint-20": ["trainer_state.json"],
+            "checkpoint-30": ["trainer_state.json"],
+            "checkpoint-40": ["trainer_state.json"],
+        },
+    )
+    (root / "checkpoint-40" / "trainer_state.json").write_text(
+        '{"best_model_checkpoint": "/ckpt/checkpoint-10"}'
+    )
+    entries = scan(root)
+    protected, unread = kept_by_frameworks(entries)
+    assert (protected, unread) == ({"checkpoint-10"}, [])
+    plan = prune_plan(entries, 1, protected)
+    assert [e.name for e in plan.remove] == ["checkpoint-30", "checkpoint-20"]
+    assert [line.split(":")[0] for line in plan.kept] == ["kept global_step5", "kept step-6"]
+    prune(plan.remove)
+    assert {p.name for p in root.iterdir()} == {
+        "pretrained", "best", "global_step5", "step-6", "checkpoint-10", "checkpoint-40"
+    }  # fmt: skip
+
+    (root / "checkpoint-40" / "trainer_state.json").write_text("{not json")
+    protected, unread = kept_by_frameworks(scan(root))
+    assert protected == {"checkpoint-10", "checkpoint-40"} and len(unread) == 1  # unreadable: keep all
+
+
+def test_the_helper_marks_the_saves_it_starts_so_retention_may_remove_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(TOOLS_HELPER))
+    monkeypatch.setenv("TORCHRUN_CHECKPOINT_DIR", str(tmp_path))
+    helper = importlib.import_module("torchrun_checkpoint")
+    path = helper.path_for(7)
+    assert helper.path_for(7) == path  # a second rank: same directory, no error
+    (tmp_path / "step-9").mkdir()
+    helper.mark_complete(tmp_path / "step-9")
+    entry = next(e for e in scan(tmp_path) if e.name == "step-7")
+    assert entry.ours and not entry.complete
+    assert [e.name for e in prune_plan(scan(tmp_path), 1).remove] == ["step-7"]
 
 
 def test_retention_of_hostile_names_never_leaves_the_root(tmp_path: Path) -> None:
@@ -230,15 +285,15 @@ def test_retention_of_hostile_names_never_leaves_the_root(tmp_path: Path) -> Non
         "step-4": [".torchrun_complete"],
     }
     make(root, hostile)
-    done = prune(prune_plan(scan(root), 1))
-    assert sorted(done.removed) == ["step-2\n..", "step-3"]
+    done = prune(prune_plan(scan(root), 1).remove)
+    assert sorted(done.removed) == ["step-3"]  # "step-2\n.." has no step: never removed
     assert tree_of(tmp_path / OUTSIDE) == {
         "step-999",
         "step-999/.torchrun_complete",
         "keepme",
         "keepme/data",
     }
-    assert {p.name for p in root.iterdir()} == {"..step-1", "step-4"}
+    assert {p.name for p in root.iterdir()} == {"..step-1", "step-2\n..", "step-4"}
 
 
 def test_a_checkpoint_that_vanishes_between_the_scan_and_the_start_is_reported(

@@ -5,7 +5,8 @@ Standard library only. What it offers:
 
 - `checkpoint_dir()`: the job's checkpoint root (`TORCHRUN_CHECKPOINT_DIR`), None without one;
   `path_for(step)`: `<root>/step-<step>` (created if missing), a name the controller reads the
-  step from;
+  step from, with our `.torchrun_started` in it: what proves to retention that an incomplete
+  `step-<step>` is an abandoned save of ours (anything else incomplete is never removed);
 - `resume_from()`: the latest complete checkpoint the controller found before this start
   (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr).
   After torchrun restarted the workers in place (`TORCHELASTIC_RESTART_COUNT` > 0: a rank failed
@@ -25,6 +26,7 @@ Standard library only. What it offers:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -42,6 +44,7 @@ ENV_RESUME = "TORCHRUN_RESUME_FROM"
 ENV_ATTEMPT = "TORCHRUN_ATTEMPT"
 ENV_STOP_SIGNAL = "TORCHRUN_STOP_SIGNAL"
 MARKER = ".torchrun_complete"
+STARTED = ".torchrun_started"  # discovery.STARTED: this directory was handed out by path_for
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 DISCOVERY = "torchrun_checkpoint_discovery"  # controller/checkpoint/discovery.py, copied by prepare
 
@@ -55,12 +58,17 @@ def checkpoint_dir() -> Path | None:
 
 
 def path_for(step: int) -> Path:
-    """Where to save the checkpoint of `step`: `<root>/step-<step>`, created if missing."""
+    """Where to save the checkpoint of `step`: `<root>/step-<step>`, created if missing, holding
+    our `STARTED` file (module doc)."""
     root = checkpoint_dir()
     if root is None:
         raise RuntimeError(f"{ENV_DIR} is not set: the job's queue has no checkpoints volume")
     path = root / f"step-{int(step)}"
     path.mkdir(exist_ok=True)
+    started = path / STARTED
+    if not started.exists():
+        with contextlib.suppress(FileExistsError):  # another rank wrote it first
+            os.close(os.open(started, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     return path
 
 

@@ -8,7 +8,8 @@
 - what the `prepare` init container needs to choose the checkpoint to resume from (`tools.py`):
   `--checkpoints <root> --attempt <restart>`, `--keep N` (`storage.checkpoints.keep`, or the job's
   `overrides.checkpointsKeep` when the queue allows `checkpointsKeep`) and
-  `--s3 URI` (`storage.checkpoints.s3`, its Secret as `envFrom`), the checkpoints volume mounted
+  `--s3 URI` (the job's own sub-prefix of `storage.checkpoints.s3`: `mirror_prefix`; its Secret as
+  `envFrom`), the checkpoints volume mounted
   at the same path, and `TORCHRUN_NODE_RANK` from the completion index (rank 0 prunes, mirrors
   and reports);
 - the pod's `terminationGracePeriodSeconds`: the queue's (default 120), the time between SIGTERM
@@ -27,6 +28,22 @@ from controller.torchrunjob.manifests.storage import CHECKPOINTS_VOLUME
 from controller.torchrunjob.manifests.tools import PrepareInputs
 
 STOP_SIGNAL = "SIGTERM"
+PERSISTED = "persisted"  # the sub-prefix resubmissions of a job on a persisted claim share
+
+
+def mirror_prefix(uri: str, job: TorchrunJob, *, persist: bool) -> str:
+    """The job's own part of the queue's S3 mirror `uri` (docs/checkpoints.md, "The S3 mirror").
+
+    Guarantees: it is `<uri>/<namespace>/<job name>/<one more part>/` with exactly one `/` between
+    the queue's prefix and the namespace (a prefix without a trailing `/` is normalised), so no two
+    namespaces and no two job names share a key. The last part is `persisted` on a queue whose
+    claim persists (a resubmission of the name continues from the copies the earlier job left, as
+    it continues from its claim), else `job-<UID>`: a new job of an earlier job's name restores
+    nothing that job left. Namespaces and job names are DNS labels and UIDs hex and `-`, so every
+    part is a plain key segment."""
+    base = uri if uri.endswith("/") else uri + "/"
+    last = PERSISTED if persist else f"job-{job.metadata.uid}"
+    return f"{base}{job.namespace}/{job.name}/{last}/"
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,7 @@ def worker_checkpoint(job: TorchrunJob, queue: TorchrunQueue, *, restart: int) -
             args += ["--keep", str(keep)]
         env_from: list[dict[str, Any]] = []
         if cp.s3 is not None:
-            args += ["--s3", cp.s3.uri]
+            args += ["--s3", mirror_prefix(cp.s3.uri, job, persist=cp.persist)]
             if cp.s3.secret:
                 env_from.append({"secretRef": {"name": cp.s3.secret}})
         prepare = PrepareInputs(
