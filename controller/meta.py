@@ -1,6 +1,10 @@
 """Object metadata helpers every layer may use (apimachinery's `metav1` and `schema` in miniature).
 
-`Resource` names a group/version/resource and builds its REST path.
+`Resource` names a group/version/resource and builds its REST path. Every API path is built here,
+by `api_path`, and every segment of it escaped: a name read from an object (an owner reference, a
+label, a user's argument) is exactly one segment on the wire, or the path is refused
+(`InvalidPathSegment`) before anything is sent — it never adds a segment, a query or a fragment,
+and never climbs out of its resource's path.
 
 Ownership is proven only by a *controller* owner reference with the owner's UID — the rule of
 `metav1.GetControllerOf`/`IsControlledBy`. A label or a name proves nothing: users reuse both.
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 Obj = Mapping[str, Any]
 
@@ -27,6 +32,40 @@ def is_controlled_by(obj: Obj, uid: str) -> bool:
     """True only when the object's controller owner reference carries exactly this UID."""
     ref = controller_of(obj)
     return ref is not None and bool(uid) and ref.get("uid") == uid
+
+
+class InvalidPathSegment(ValueError):
+    """A value that no escaping makes one API path segment; nothing was sent."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__(f"{value!r} cannot be one segment of an API path")
+        self.value = value
+
+
+_DOT_SEGMENTS = ("", ".", "..")
+
+
+def path_segment(value: str) -> str:
+    """`value` as one path segment: every character but RFC 3986's unreserved ones
+    percent-encoded (`?`, `#`, `%`, spaces and non-ASCII included).
+
+    Refused, like client-go's `IsValidPathSegmentName`: "", "." and "..", which mean the
+    collection, here and up whatever their encoding, and any value with a "/" — the API server
+    decodes `%2F` before it splits the path, so `x/status` would still reach the status."""
+    if value in _DOT_SEGMENTS or "/" in value:
+        raise InvalidPathSegment(value)
+    return quote(value, safe="")
+
+
+def api_path(*segments: str) -> str:
+    """The absolute path of these segments, each one escaped by `path_segment`."""
+    return "".join("/" + path_segment(s) for s in segments)
+
+
+def group_version_path(api_version: str) -> str:
+    """The discovery path of an apiVersion: `/api/v1` for the core group, `/apis/<g>/<v>` else."""
+    group, _, version = api_version.rpartition("/")
+    return api_path("apis", group, version) if group else api_path("api", version)
 
 
 @dataclass(frozen=True)
@@ -51,15 +90,18 @@ class Resource:
     def path(
         self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
     ) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        """The collection's path (all namespaces without `namespace`), or the named object's, or
+        its subresource's; each segment escaped (`api_path`). A `name` of "" is refused, not
+        read as the collection."""
+        segments = ["apis", self.group, self.version] if self.group else ["api", self.version]
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
+            segments += ["namespaces", namespace]
+        segments.append(self.plural)
+        if name is not None:
+            segments.append(name)
             if subresource:
-                base += f"/{subresource}"
-        return base
+                segments.append(subresource)
+        return api_path(*segments)
 
 
 @dataclass(frozen=True)

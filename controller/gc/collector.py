@@ -15,23 +15,31 @@ is already gone stay provable while this process remembers that Job was ours; af
 they are left to Kubernetes' own pod garbage collector.
 Reads come from the informer caches (nodes by GET, only for overdue pods); each object deleted is
 counted once in `torchrun_gc_deletions_total{resource}`.
+
+No object can stop or steer a pass (any user may create one with our label and any owner
+reference): an owner reference naming what no TorchrunJob can be called (not a DNS subdomain) is
+logged and passed over without a request, and every request path is escaped (`meta.api_path`);
+an error on one object is logged, counted in `torchrun_gc_errors_total{resource}`, and the pass
+goes on to the next. Only losing the lease ends a pass early: no write could be sent.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 
 import structlog
 
 from controller.api import PERSIST_LABEL, parse_time
+from controller.api.core import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH
 from controller.api.resources import BATCH_JOB_KIND, owning_job
 from controller.cache import Lister
 from controller.clock import Clock, RealClock
 from controller.meta import Obj, Owner, Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
-from controller.rest.errors import ApiError
+from controller.rest.errors import ApiError, LeadershipLostError
 from controller.rest.resources import JOBS, NODES, PODS
 
 log = structlog.get_logger("gc")
@@ -90,17 +98,44 @@ class GarbageCollector:
         deleted = 0
         for resource, lister in self.owned.items():
             for obj in lister.list():
-                owner = self.owner_of(obj)
-                if owner is None or _persisted(obj):
-                    continue
-                if not obj["metadata"].get("deletionTimestamp"):
-                    if self._owner_gone(owner, gone) and self._delete(resource, obj, "orphan"):
-                        deleted += 1
-                elif resource == PODS:
-                    why = self._stuck_why(obj, now, nodes)
-                    if why and self._delete(resource, obj, f"stuck terminating: {why}", grace=0):
-                        deleted += 1
+                deleted += self._collect_one(resource, obj, now, gone, nodes)
         return deleted
+
+    def _collect_one(
+        self, resource: Resource, obj: Obj, now: float, gone: dict[Owner, bool], nodes: dict[str, str | None]
+    ) -> int:
+        """1 when `obj` was deleted, else 0. Its error is its own: logged, counted in
+        `torchrun_gc_errors_total{resource}`, and 0 returned — except a lost lease, raised."""
+        try:
+            return int(self._settle(resource, obj, now, gone, nodes))
+        except LeadershipLostError:
+            raise
+        except Exception:
+            self.metrics.gc_errors.labels(resource.plural).inc()
+            log.exception("garbage collection of one object failed", resource=resource.key, key=_key(obj))
+            return 0
+
+    def _settle(
+        self, resource: Resource, obj: Obj, now: float, gone: dict[Owner, bool], nodes: dict[str, str | None]
+    ) -> bool:
+        """Delete `obj` if it is provably an orphan, or our pod stuck terminating on a lost node."""
+        owner = self.owner_of(obj)
+        if owner is None or _persisted(obj):
+            return False
+        if not is_dns_subdomain(owner.name):
+            log.warning(
+                "owner reference names no possible TorchrunJob: passed over",
+                resource=resource.key,
+                key=_key(obj),
+                owner=owner.name[:300],
+            )
+            return False
+        if not obj["metadata"].get("deletionTimestamp"):
+            return self._owner_gone(owner, gone) and self._delete(resource, obj, "orphan")
+        if resource != PODS:
+            return False
+        why = self._stuck_why(obj, now, nodes)
+        return bool(why) and self._delete(resource, obj, f"stuck terminating: {why}", grace=0)
 
     # -- proof of ownership ----------------------------------------------------------------------
 
@@ -188,9 +223,7 @@ class GarbageCollector:
                 return False
             raise
         self.metrics.gc_deletions.labels(resource.plural).inc()
-        log.info(
-            "garbage collected", resource=resource.key, key=f"{meta.get('namespace')}/{meta['name']}", why=why
-        )
+        log.info("garbage collected", resource=resource.key, key=_key(obj), why=why)
         return True
 
 
@@ -209,6 +242,20 @@ def node_lost(name: str, node: Obj | None, now: float, grace: float) -> str | No
         if since and now > _parse_time(since) + grace:
             return f"node {name} is NotReady since {since}"
     return None
+
+
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """True when `name` is an RFC 1123 DNS subdomain of at most 253 characters: the rule every
+    TorchrunJob's and Job's name meets, so an owner reference naming anything else names nothing."""
+    return len(name) <= MAX_NAME_LENGTH and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace')}/{meta['name']}"
 
 
 def _persisted(obj: Obj) -> bool:

@@ -90,6 +90,12 @@ class ControllerMetrics:
         self.gc_deletions = Counter(
             "torchrun_gc_deletions", "Orphans deleted by the garbage collector.", ["resource"], registry=r
         )
+        self.gc_errors = Counter(
+            "torchrun_gc_errors",
+            "Objects the garbage collector passed over after an error (the pass went on).",
+            ["resource"],
+            registry=r,
+        )
         # jobs (torchrun_jobs by phase and queue is collected from the cache: torchrunjob/metrics.py)
         self.submit_to_running = Histogram(
             "torchrun_job_submit_to_running_seconds",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
+from controller.meta import group_version_path
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 
@@ -29,7 +30,7 @@ class Discovery:
             if hit is not None and now - hit[0] < self.ttl:
                 return hit[1]
         try:
-            self.client.request("discovery", "GET", f"/apis/{group_version}", "discovery")
+            self.client.request("discovery", "GET", group_version_path(group_version), "discovery")
             ok = True
         except ApiError as exc:
             if exc.status not in (404, 503):
