@@ -29,7 +29,9 @@ class OnStall(str, enum.Enum):
 @dataclass(frozen=True)
 class ProgressPolicy:
     """What silence of the progress reports means: after stallTimeoutSeconds without a new record
-    from any rank (once the job reported at least once), Progressing=False Stalled."""
+    from any rank (once the job reported at least once) while their heartbeats still arrive,
+    Progressing=False Stalled; when no report arrives at all, Progressing=Unknown ReportingLost
+    (never an action: see controller/progress/stall.py)."""
 
     stall_timeout_seconds: int | None = field(
         default=None,

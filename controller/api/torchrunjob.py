@@ -77,7 +77,7 @@ class JobConditionType:
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
-    PROGRESSING = "Progressing"  # set once the job reported progress; False with reason Stalled
+    PROGRESSING = "Progressing"  # set once the job reported; False: Stalled, Unknown: ReportingLost
 
 
 @cel(

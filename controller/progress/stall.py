@@ -1,16 +1,28 @@
-"""The stall decision: has a reporting job stopped making progress?
+"""The stall decision: has a reporting job stopped making progress, or have its reports stopped
+reaching us?
 
-Input: each rank that reported in the current attempt, with its last step and when its record
-last changed; the job's `stallTimeoutSeconds` (None: never stalled); now. The rules, in order:
+Input: each rank that reported in the current attempt, with its last step, when its record last
+changed and when its last report arrived; the job's `stallTimeoutSeconds` (None: never stalled);
+now. A stall is a claim about training, so it needs evidence that reports still arrive: a rank's
+heartbeat (`reporter.HEARTBEAT_SECONDS`) says "unchanged, still here". Without that evidence the
+silence may be ours — an endpoint outage, an expired certificate, a rotated CA — and restarting
+healthy jobs for it would fail them. The rules, in order:
 - no rank reported → not reporting: never stalled (a job that never reports is never called
   stalled, whatever its timeout);
-- no timeout → reporting, never stalled;
-- the newest change of any rank is at least `timeout` old → stalled since that change; every
-  rank is silent (no new record from any rank) — unless a worker pod of the attempt started
-  since (`started`: a hot reload or a rank's pod recreated in place): the clock then runs from
-  that start, so a job loading again is not called stalled for the time it was away;
-- else progressing; the ranks silent for `timeout` or longer are named, and `recheck_after` is
-  when the stall would begin if nothing changes (a timer, so nobody has to poll).
+- the attempt ended (`ended`) → reporting, nothing more: its reports stop by design;
+- no report from any rank for `lost_after(timeout)` (the timeout, but at least two heartbeat
+  periods plus the reporter's longest backoff: one lost heartbeat and its retries are no outage)
+  → lost since the last report: never stalled, never an action, and `awaiting` (the next report,
+  even an unchanged one, must come back to say so);
+- the stall is due — the newest change of any rank, or a worker pod of the attempt started since
+  (`started`: a hot reload or a rank's pod recreated in place, so a job loading again is not
+  called stalled for the time it was away), is at least `timeout` old — and a report arrived
+  at or after that moment → stalled since the newest change; every rank is silent;
+- due but no report arrived since → not yet stalled (`awaiting`: the next heartbeat confirms it, or the
+  lost window passes first);
+- else progressing; the ranks silent for `timeout` or longer are named.
+`recheck_after` is when the verdict changes if no report arrives (the stall falls due, or
+reporting is lost): a timer, so nobody has to poll.
 Pure: no clock, no I/O; the table in test/unit/test_progress_stall.py is the whole contract.
 """
 
@@ -18,9 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from controller.api import format_time
+from controller.progress.reporter import HEARTBEAT_SECONDS, MAX_BACKOFF, POLL_SECONDS, PUSH_MIN_SECONDS
+
+# a reporter's heartbeat comes HEARTBEAT_SECONDS after the earliest next push (PUSH_MIN_SECONDS after
+# the last accepted one), seen at its next poll
+HEARTBEAT_PERIOD = HEARTBEAT_SECONDS + PUSH_MIN_SECONDS + POLL_SECONDS
+LOST_FLOOR = 2 * HEARTBEAT_PERIOD + MAX_BACKOFF
 
 
 @dataclass(frozen=True)
@@ -28,15 +46,18 @@ class RankState:
     rank: int
     step: int | None
     changed_at: datetime
+    received_at: datetime  # when its last report (a change or a heartbeat) arrived
 
 
 @dataclass(frozen=True)
 class Verdict:
     reporting: bool
     stalled: bool = False
-    since: datetime | None = None  # stalled: the last change of any rank
+    lost: bool = False  # no report from any rank for the lost window: say so, do nothing
+    since: datetime | None = None  # stalled: the last change of any rank; lost: the last report
     silent: tuple[int, ...] = ()  # ranks with no change for the timeout or longer
-    recheck_after: float | None = None  # seconds until the stall begins if nothing changes
+    recheck_after: float | None = None  # seconds until the verdict changes if no report arrives
+    awaiting: bool = False  # the next report, even an unchanged one, changes the verdict
 
     def message(self, ranks: Sequence[RankState], timeout: int | None) -> str:
         """What the Progressing condition says: the last step, since when, the silent ranks."""
@@ -44,6 +65,13 @@ class Verdict:
         if newest is None:
             return "no progress reported"
         step = "no step" if newest.step is None else f"step {newest.step}"
+        if self.lost:
+            return (
+                f"no progress report from any rank for {lost_after(timeout):g}s or more: the last "
+                f"arrived at {format_time(self.since or newest.received_at)}, saying {step} (rank "
+                f"{newest.rank}); training may be running, the reports do not reach the controller "
+                "(its endpoint, certificate or network): no action is taken"
+            )
         if not self.stalled:
             said = f"{step} reported by rank {newest.rank} at {format_time(newest.changed_at)}"
             return said + (f"; silent for {timeout}s or more: {_ranks(self.silent)}" if self.silent else "")
@@ -53,22 +81,42 @@ class Verdict:
         )
 
 
+def lost_after(timeout: int | None) -> float:
+    """Seconds without any report after which reporting is lost: the timeout, at least
+    `LOST_FLOOR`."""
+    return max(float(timeout or 0), LOST_FLOOR)
+
+
 def decide(
-    ranks: Sequence[RankState], timeout: int | None, now: datetime, started: datetime | None = None
+    ranks: Sequence[RankState],
+    timeout: int | None,
+    now: datetime,
+    started: datetime | None = None,
+    ended: bool = False,
 ) -> Verdict:
     """The verdict of the module docstring's rules; `started`: when the newest worker pod of the
-    attempt started."""
+    attempt started; `ended`: the attempt ended."""
     if not ranks:
         return Verdict(reporting=False)
-    if timeout is None:
+    if ended:
         return Verdict(reporting=True)
+    heard = max(r.received_at for r in ranks)
+    lost_at = heard + timedelta(seconds=lost_after(timeout))
+    if now >= lost_at:
+        return Verdict(reporting=True, lost=True, since=heard, awaiting=True)
+    until_lost = (lost_at - now).total_seconds()
+    if timeout is None:
+        return Verdict(reporting=True, recheck_after=until_lost)
     latest = max(r.changed_at for r in ranks)
-    clock = max(latest, started) if started is not None else latest
+    due = max(latest, started or latest) + timedelta(seconds=timeout)
     silent = tuple(sorted(r.rank for r in ranks if (now - r.changed_at).total_seconds() >= timeout))
-    left = timeout - (now - clock).total_seconds()
-    if left <= 0:
-        return Verdict(reporting=True, stalled=True, since=latest, silent=silent)
-    return Verdict(reporting=True, silent=silent, recheck_after=left)
+    if now < due:
+        return Verdict(
+            reporting=True, silent=silent, recheck_after=min((due - now).total_seconds(), until_lost)
+        )
+    if heard >= due:
+        return Verdict(reporting=True, stalled=True, since=latest, silent=silent, recheck_after=until_lost)
+    return Verdict(reporting=True, silent=silent, recheck_after=until_lost, awaiting=True)
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -12,7 +12,11 @@ and not one per report:
 - the pass reads a `view` (with a `version`) and, once it has published what it needs,
   `settle(key, version)`: True when nothing arrived since the view (the entry is settled; the
   next change enqueues again), False when something did (the pass must come back by a timer:
-  no report enqueues an unsettled job).
+  no report enqueues an unsettled job);
+- a report that changes nothing (a heartbeat) is kept — when it arrived is what tells a stall
+  from a reporting outage (`progress.stall`) — but enqueues nothing, unless the pass settled with
+  `awaiting=True` (a stall due and unconfirmed, or reporting lost): then the next report of any
+  kind enqueues the job, and any report since the view, not only a change, leaves it unsettled.
 A report from another attempt (a whole-job restart made a new worker Job) replaces the entry: the
 ranks of an old attempt never count for the new one.
 """
@@ -35,7 +39,7 @@ JITTER = timedelta(seconds=1)  # a reporter's "seconds since change" beyond this
 class RankReport:
     record: Record
     changed_at: datetime  # when the record last changed, as the reporter said (its age at receipt)
-    received_at: datetime
+    received_at: datetime  # when its last report arrived, a change or a heartbeat
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class JobView:
     attempt: str  # the UID of the worker Job whose pods reported
     ranks: dict[int, RankReport]
     rate: float | None  # steps per second of the lead rank, recently
-    version: int
+    version: int  # counts every report kept
 
 
 @dataclass
@@ -55,8 +59,10 @@ class _Entry:
     attempt: str
     ranks: dict[int, RankReport] = field(default_factory=dict)
     histories: dict[int, StepHistory] = field(default_factory=dict)
-    version: int = 0
+    version: int = 0  # counts every report kept
+    changed_version: int = 0  # the version of the last report that changed something
     settled: bool = True
+    awaiting: bool = False  # settled, and the next report of any kind enqueues
 
 
 def lead_rank(ranks: dict[int, RankReport]) -> int | None:
@@ -99,12 +105,12 @@ class ProgressStore:
             if record.step is not None:
                 entry.histories.setdefault(rank, StepHistory()).add(changed_at.timestamp(), record.step)
             moved = previous is None or previous.record != record or previous.changed_at != changed_at
-            if not moved:
-                return False
             entry.version += 1
-            if not entry.settled:
+            if moved:
+                entry.changed_version = entry.version
+            if not (moved or entry.awaiting) or not entry.settled:
                 return False
-            entry.settled = False
+            entry.settled = entry.awaiting = False
             return True
 
     def view(self, key: str) -> JobView | None:
@@ -117,15 +123,18 @@ class ProgressStore:
             rate = history.rate() if history is not None else None
             return JobView(entry.job_uid, entry.attempt, dict(entry.ranks), rate, entry.version)
 
-    def settle(self, key: str, version: int) -> bool:
-        """The pass that read `version` is done with it: True when nothing newer arrived."""
+    def settle(self, key: str, version: int, *, awaiting: bool = False) -> bool:
+        """The pass that read `version` is done with it: True when no change arrived since (with
+        `awaiting`: no report at all), and then the next change (with `awaiting`: the next report)
+        enqueues the job; False when one did, and the pass must come back by a timer."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return True
-            if entry.version != version:
+            newer = entry.version if awaiting else entry.changed_version
+            if newer > version:
                 return False
-            entry.settled = True
+            entry.settled, entry.awaiting = True, awaiting
             return True
 
     def forget(self, key: str) -> None:

@@ -6,12 +6,15 @@ only reports from the pods of the worker Job it is given; `controller.progress.s
   job (a held-back change comes back by a timer, never by another report: `store.settle`), so
   the API server sees at most one progress write per job per period however often ranks report;
 - sets `Progressing`: True (`Reporting`, its message naming the published step; left as it is
-  while a change is held back) or False (`Stalled`: `progress.stall.decide` — no new record from
+  while a change is held back), False (`Stalled`: `progress.stall.decide` — no new record from
   any rank for the effective `stallTimeoutSeconds`, counted from the newest start of the
-  attempt's pods when one started since: a hot reload is not a stall), and a timer for when a
-  stall would begin;
+  attempt's pods when one started since: a hot reload is not a stall — while reports still
+  arrive to say so) or Unknown (`ReportingLost`: no report from any rank for the lost window,
+  `stall.lost_after`: an outage of the reports is not a stall, and nothing is done about it),
+  and a timer for when the verdict would change; when the verdict waits on the next report
+  (a stall to confirm, reports to resume) the store enqueues the job on any report (`awaiting`);
 - once the attempt ended (`final`), shows its last record at once (that pass writes the status
-  anyway) and stalls no more;
+  anyway) and neither stalls nor loses reports any more;
 - answers the attempt's `Outcome` when it stalled and `onStall` is `Restart`: the reconciler
   ends the attempt like a failure (`lifecycle.attempt_ended`: a whole-job restart counted
   against `failurePolicy.maxRestarts`, reason `Stalled` in its message; else `Failed`).
@@ -67,22 +70,29 @@ class ProgressStep:
         if view is None or view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]:
             return None
         policy = effective(job.spec.progress, queue.spec.progress)
-        ranks = [RankState(r, rep.record.step, rep.changed_at) for r, rep in sorted(view.ranks.items())]
-        timeout = None if final else policy.stall_timeout_seconds
-        verdict = decide(ranks, timeout, p.now, self.newest_start(job, worker_job))
+        ranks = [
+            RankState(r, rep.record.step, rep.changed_at, rep.received_at)
+            for r, rep in sorted(view.ranks.items())
+        ]
+        timeout = policy.stall_timeout_seconds
+        verdict = decide(ranks, timeout, p.now, self.newest_start(job, worker_job), ended=final)
         desired = progress_of(view)
         published = self.publish(job.key, desired, p, final)
         stored = find_condition(p.status.conditions, C.PROGRESSING)
-        if verdict.stalled:
-            p.cond(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
+        if verdict.lost:
+            p.cond(
+                C.PROGRESSING, ConditionStatus.UNKNOWN, Reason.REPORTING_LOST, verdict.message(ranks, timeout)
+            )
+        elif verdict.stalled:
+            p.cond(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, timeout))
         elif published or stored is None or stored.status is not ConditionStatus.TRUE:
             p.cond(C.PROGRESSING, True, Reason.REPORTING, reporting_message(p.status.progress or desired))
         p.timer(verdict.recheck_after)
         assert self.store is not None
-        if not self.store.settle(job.key, view.version) and not final:
+        if not self.store.settle(job.key, view.version, awaiting=verdict.awaiting) and not final:
             p.timer(self.period)  # reports arrived during this pass: no report will enqueue the job
         if verdict.stalled and policy.on_stall is OnStall.RESTART:
-            return st.Outcome(False, Reason.STALLED, verdict.message(ranks, policy.stall_timeout_seconds))
+            return st.Outcome(False, Reason.STALLED, verdict.message(ranks, timeout))
         return None
 
     def publish(self, key: str, desired: Progress | None, p: st.StatusUpdate, final: bool = False) -> bool:

@@ -230,7 +230,7 @@ class StatusUpdate:
         self.timers: list[float] = []
         self.requeue = False
 
-    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+    def cond(self, type_: str, status: ConditionStatus | bool, reason: str, message: str) -> None:
         conds = set_condition(
             self.status.conditions, type_, status, reason, message, self.job.metadata.generation, self.now
         )

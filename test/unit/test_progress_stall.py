@@ -7,17 +7,21 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from controller.progress.eta import StepHistory, eta, percent
-from controller.progress.stall import RankState, Verdict, decide
+from controller.progress.stall import RankState, Verdict, decide, lost_after
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+LOST = 96  # no report from any rank for this long, at least: two heartbeat periods (33 s) + 30 s
 
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def ranks(*changes: tuple[int, int | None, float]) -> tuple[RankState, ...]:
-    return tuple(RankState(rank, step, at(t)) for rank, step, t in changes)
+def ranks(*reports: tuple[int, int | None, float, float]) -> tuple[RankState, ...]:
+    """(rank, step, when its record last changed, when its last report arrived)"""
+    return tuple(
+        RankState(rank, step, at(changed), at(received)) for rank, step, changed, received in reports
+    )
 
 
 @pytest.mark.parametrize(
@@ -26,21 +30,79 @@ def ranks(*changes: tuple[int, int | None, float]) -> tuple[RankState, ...]:
         # never reported: never stalled, whatever the timeout
         ((), 60, 10_000, Verdict(reporting=False)),
         ((), None, 10_000, Verdict(reporting=False)),
-        # no timeout: reporting, never stalled
-        (ranks((0, 5, 0)), None, 10_000, Verdict(reporting=True)),
-        # fresh: the stall would begin at the newest change + timeout
-        (ranks((0, 5, 0)), 60, 10, Verdict(reporting=True, recheck_after=50.0)),
-        # exactly the timeout: stalled since the last change
-        (ranks((0, 5, 0)), 60, 60, Verdict(reporting=True, stalled=True, since=at(0), silent=(0,))),
-        (ranks((0, 5, 0)), 60, 3600, Verdict(reporting=True, stalled=True, since=at(0), silent=(0,))),
-        # one rank still changes: not stalled, the silent one is named
-        (ranks((0, 5, 0), (1, 9, 100)), 60, 120, Verdict(reporting=True, silent=(0,), recheck_after=40.0)),
-        # all silent: stalled since the newest change of any rank
+        # no timeout, heartbeats arriving: reporting, never stalled; checked again when it would be lost
+        (ranks((0, 5, 0, 9990)), None, 10_000, Verdict(reporting=True, recheck_after=86.0)),
+        # no timeout, no report for the lost window: lost, never an action
+        (ranks((0, 5, 0, 0)), None, LOST, Verdict(reporting=True, lost=True, since=at(0), awaiting=True)),
+        # fresh: the stall would fall due at the newest change + timeout
+        (ranks((0, 5, 0, 0)), 60, 10, Verdict(reporting=True, recheck_after=50.0)),
+        # heartbeats still arrive and the step does not move: stalled since the last change
         (
-            ranks((1, 9, 100), (0, 5, 0)),
+            ranks((0, 5, 0, 60)),
+            60,
+            60,
+            Verdict(reporting=True, stalled=True, since=at(0), silent=(0,), recheck_after=LOST),
+        ),
+        (
+            ranks((0, 5, 0, 3590)),
+            60,
+            3600,
+            Verdict(reporting=True, stalled=True, since=at(0), silent=(0,), recheck_after=86.0),
+        ),
+        # due, but nothing arrived since it fell due (the next heartbeat, or an outage): not yet
+        # stalled; the next report decides, or the lost window passes first
+        (
+            ranks((0, 5, 0, 0)),
+            60,
+            60,
+            Verdict(reporting=True, silent=(0,), recheck_after=36.0, awaiting=True),
+        ),
+        (
+            ranks((0, 5, 0, 59)),
+            60,
+            70,
+            Verdict(reporting=True, silent=(0,), recheck_after=85.0, awaiting=True),
+        ),
+        # no report from any rank for the lost window: lost — not stalled, nothing restarts
+        (
+            ranks((0, 5, 0, 0), (1, 5, 0, 0)),
+            60,
+            LOST,
+            Verdict(reporting=True, lost=True, since=at(0), awaiting=True),
+        ),
+        (ranks((0, 5, 0, 0)), 60, 10_000, Verdict(reporting=True, lost=True, since=at(0), awaiting=True)),
+        # a timeout longer than the floor is the lost window
+        (ranks((0, 5, 0, 0)), 600, 500, Verdict(reporting=True, recheck_after=100.0)),
+        (ranks((0, 5, 0, 0)), 600, 600, Verdict(reporting=True, lost=True, since=at(0), awaiting=True)),
+        # one rank still changes: not stalled, the silent one is named
+        (
+            ranks((0, 5, 0, 110), (1, 9, 100, 110)),
+            60,
+            120,
+            Verdict(reporting=True, silent=(0,), recheck_after=40.0),
+        ),
+        # all silent, heartbeats arriving: stalled since the newest change of any rank
+        (
+            ranks((1, 9, 100, 190), (0, 5, 0, 195)),
             60,
             200,
-            Verdict(reporting=True, stalled=True, since=at(100), silent=(0, 1)),
+            Verdict(reporting=True, stalled=True, since=at(100), silent=(0, 1), recheck_after=91.0),
+        ),
+        # one rank's heartbeats arrive, the other's do not: reporting works, so still a stall
+        (
+            ranks((0, 5, 0, 170), (1, 5, 0, 10)),
+            60,
+            180,
+            Verdict(reporting=True, stalled=True, since=at(0), silent=(0, 1), recheck_after=86.0),
+        ),
+        # reports resume after the loss, the step moved meanwhile: progressing again
+        (ranks((0, 9, 290, 300)), 60, 300, Verdict(reporting=True, recheck_after=50.0)),
+        # reports resume and say the step has not moved since before the loss: that is a stall
+        (
+            ranks((0, 5, 0, 300)),
+            60,
+            300,
+            Verdict(reporting=True, stalled=True, since=at(0), silent=(0,), recheck_after=LOST),
         ),
     ],
 )
@@ -50,19 +112,31 @@ def test_stall_decision(
     assert decide(reported, timeout, at(now)) == verdict
 
 
+def test_an_ended_attempt_is_neither_stalled_nor_lost() -> None:
+    assert decide(ranks((0, 5, 0, 0)), 60, at(10_000), ended=True) == Verdict(reporting=True)
+
+
+def test_the_lost_window_is_two_heartbeat_periods_and_a_backoff_or_the_timeout() -> None:
+    assert (lost_after(None), lost_after(60), lost_after(600)) == (LOST, LOST, 600)
+
+
 def test_a_pod_started_since_the_last_change_restarts_the_clock() -> None:
-    reported = ranks((0, 5, 0), (1, 5, 0))
+    reported = ranks((0, 5, 0, 150), (1, 5, 0, 150))
     assert decide(reported, 60, at(150), started=at(100)) == Verdict(
         reporting=True, silent=(0, 1), recheck_after=10.0
     )
     assert decide(reported, 60, at(160), started=at(100)) == Verdict(
-        reporting=True, stalled=True, since=at(0), silent=(0, 1)
+        reporting=True, silent=(0, 1), recheck_after=86.0, awaiting=True
     )
-    assert decide(reported, 60, at(60), started=at(-30)).stalled  # a start before the change: no delay
+    heartbeat = ranks((0, 5, 0, 160), (1, 5, 0, 150))
+    assert decide(heartbeat, 60, at(160), started=at(100)) == Verdict(
+        reporting=True, stalled=True, since=at(0), silent=(0, 1), recheck_after=LOST
+    )
+    assert decide(ranks((0, 5, 0, 60)), 60, at(60), started=at(-30)).stalled  # a start before the change
 
 
 def test_stalled_message_names_last_step_since_when_and_silent_ranks() -> None:
-    reported = ranks((0, 41, 0), (1, 42, 30))
+    reported = ranks((0, 41, 0, 100), (1, 42, 30, 95))
     verdict = decide(reported, 60, at(100))
     message = verdict.message(reported, 60)
     assert "step 42" in message and "rank 1" in message
@@ -71,10 +145,18 @@ def test_stalled_message_names_last_step_since_when_and_silent_ranks() -> None:
 
 
 def test_progressing_message_names_the_newest_step() -> None:
-    reported = ranks((0, 41, 0), (1, 42, 90))
+    reported = ranks((0, 41, 0, 90), (1, 42, 90, 90))
     message = decide(reported, 60, at(100)).message(reported, 60)
     assert message.startswith("step 42 reported by rank 1 at 2026-01-01T00:01:30Z")
     assert "silent for 60s or more: rank 0" in message
+
+
+def test_lost_message_says_when_the_last_report_arrived_and_that_nothing_is_done() -> None:
+    reported = ranks((0, 41, 0, 20), (1, 42, 30, 30))
+    message = decide(reported, 60, at(200)).message(reported, 60)
+    assert message.startswith("no progress report from any rank for 96s or more")
+    assert "the last arrived at 2026-01-01T00:00:30Z, saying step 42 (rank 1)" in message
+    assert "no action is taken" in message
 
 
 # -- rate and ETA --------------------------------------------------------------------------

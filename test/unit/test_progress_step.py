@@ -1,5 +1,6 @@
 """The reconciler's progress step: at most one progress change per period, Progressing and its
-Stalled reason, a restart only with onStall Restart, and nothing for a job that never reported."""
+Stalled reason (only while heartbeats still arrive), ReportingLost when none does (never an
+action), a restart only with onStall Restart, and nothing for a job that never reported."""
 
 from __future__ import annotations
 
@@ -26,14 +27,17 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def push(store: ProgressStore, step: int, now: float, *, rank: int = 0, attempt: str = "w-1") -> None:
-    store.report(
+def push(
+    store: ProgressStore, step: int, now: float, *, rank: int = 0, attempt: str = "w-1", age: float = 0
+) -> bool:
+    """A report as the endpoint keeps it; `age`: seconds since the record changed (a heartbeat)."""
+    return store.report(
         "ns/j",
         job_uid="u-1",
         attempt=attempt,
         rank=rank,
         record=Record(step=step, total_steps=100),
-        seconds_since_change=0,
+        seconds_since_change=age,
         now=at(now),
     )
 
@@ -81,7 +85,7 @@ def test_progress_changes_at_most_once_per_period() -> None:
     push(passes.store, 2, 10)
     p = passes.run(10)
     assert p.status.progress is not None and p.status.progress.step == 1  # held back
-    assert p.timers == [20.0]  # comes back when the period is over
+    assert p.timers == [20.0, 96.0]  # comes back when the period is over (and when reports would be lost)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and cond.message == "step 1 of 100 reported by rank 0"  # unchanged too
     p = passes.run(30)
@@ -108,6 +112,7 @@ def test_a_silent_job_stalls_after_the_timeout_with_a_warning_reason_and_no_rest
     push(passes.store, 7, 0)
     p = passes.run(1)
     assert p.timers == [59.0]  # the stall would begin then
+    push(passes.store, 7, 60, age=60)  # a heartbeat: reports still arrive, the step does not move
     p = passes.run(60)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.FALSE, "Stalled")
@@ -118,6 +123,44 @@ def test_a_silent_job_stalls_after_the_timeout_with_a_warning_reason_and_no_rest
     p = passes.run(70)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.TRUE, "Reporting")
+
+
+def test_reports_that_stop_arriving_are_reporting_lost_never_a_stall_nor_a_restart() -> None:
+    """An outage of the endpoint (a certificate, a CA, an overload) silences every rank at once:
+    Progressing=Unknown ReportingLost after the lost window, a Warning, nothing restarted; the
+    first report after it — even an unchanged heartbeat — brings the job back by itself."""
+    passes = Passes(
+        job(failurePolicy={"maxRestarts": 3}), progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}
+    )
+    push(passes.store, 7, 0)
+    p = passes.run(0)
+    assert p.timers == [60.0]
+    p = passes.run(60)  # due, but no heartbeat came: it may be an outage, so not yet
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.status is ConditionStatus.TRUE and passes.outcome is None
+    assert p.timers == [36.0]  # when reports would be lost
+    p = passes.run(96)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.UNKNOWN, "ReportingLost")
+    assert "no progress report from any rank for 96s or more" in cond.message
+    assert passes.outcome is None and p.timers == []  # no action, no polling: a report comes back
+    assert [e.reason for e in st.transition_events((), p.status.conditions) if e.warning] == ["ReportingLost"]
+    assert push(passes.store, 9, 200, age=5) is True  # reports resume: the job is enqueued
+    p = passes.run(200)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.TRUE, "Reporting")
+    assert passes.outcome is None
+
+
+def test_a_heartbeat_after_the_stall_fell_due_confirms_it() -> None:
+    passes = Passes(job(progress={"stallTimeoutSeconds": 60}))
+    push(passes.store, 7, 0)
+    passes.run(60)  # due, unconfirmed: the next report of any kind enqueues the job
+    assert push(passes.store, 7, 66, age=66) is True
+    p = passes.run(66)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and (cond.status, cond.reason) == (ConditionStatus.FALSE, "Stalled")
+    assert push(passes.store, 7, 99, age=99) is False  # stalled: a heartbeat is no pass
 
 
 def worker_pod(name: str, started: float, owner: str = "w-1", **meta: Any) -> dict[str, Any]:
@@ -137,10 +180,12 @@ def test_a_worker_pod_started_after_the_last_record_restarts_the_stall_clock() -
     pods.add(worker_pod("other", 145, owner="w-0"))  # an earlier attempt's: not counted
     passes = Passes(job(progress={"stallTimeoutSeconds": 60}), pods=Lister(pods))
     push(passes.store, 7, 0)
+    push(passes.store, 7, 140, age=140)  # a heartbeat
     p = passes.run(150)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and cond.status is ConditionStatus.TRUE  # 150 s silent, but loading since 100
     assert 10.0 in p.timers  # 60 s from the start at 100
+    push(passes.store, 7, 160, age=160)  # a heartbeat
     p = passes.run(160)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and cond.reason == "Stalled"
@@ -151,6 +196,7 @@ def test_the_queue_default_restarts_a_stalled_job_as_a_failed_attempt() -> None:
         job(failurePolicy={"maxRestarts": 1}), progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}
     )
     push(passes.store, 7, 0)
+    push(passes.store, 7, 61, age=61)  # a heartbeat
     passes.run(61)
     outcome = passes.outcome
     assert outcome is not None and outcome.reason == "Stalled" and not outcome.succeeded

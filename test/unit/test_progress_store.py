@@ -69,6 +69,42 @@ def test_the_time_of_a_change_is_now_minus_its_age_and_never_goes_back() -> None
     assert view is not None and view.ranks[0].changed_at == T0 + timedelta(seconds=102)
 
 
+def test_a_heartbeat_is_kept_as_the_last_report_received_but_the_change_keeps_its_time() -> None:
+    store = ProgressStore()
+    report(store, 5, at=100, age=40)
+    assert report(store, 5, at=133, age=73) is False  # unchanged: no pass for a heartbeat
+    view = store.view("ns/job")
+    assert view is not None
+    assert (view.ranks[0].changed_at, view.ranks[0].received_at) == (
+        T0 + timedelta(seconds=60),
+        T0 + timedelta(seconds=133),
+    )
+
+
+def test_a_pass_awaiting_a_report_is_enqueued_by_the_next_one_even_unchanged() -> None:
+    """A stall due but unconfirmed, or reporting lost: the next heartbeat is what decides."""
+    store = ProgressStore()
+    report(store, 5)
+    view = store.view("ns/job")
+    assert view is not None and store.settle("ns/job", view.version, awaiting=True) is True
+    assert report(store, 5, at=30, age=30) is True  # a heartbeat: the job needs its pass
+    assert report(store, 5, at=60, age=60) is False  # unsettled: the pass to come reads it
+    view = store.view("ns/job")
+    assert view is not None and store.settle("ns/job", view.version) is True
+    assert report(store, 5, at=90, age=90) is False  # no longer awaited: a heartbeat is no pass
+
+
+def test_awaiting_any_report_a_heartbeat_during_the_pass_leaves_the_job_unsettled() -> None:
+    store = ProgressStore()
+    report(store, 5)
+    view = store.view("ns/job")
+    assert view is not None
+    report(store, 5, at=30, age=30)  # a heartbeat the pass did not see
+    assert store.settle("ns/job", view.version) is True  # nothing changed: settled
+    report(store, 5, at=60, age=60)
+    assert store.settle("ns/job", view.version, awaiting=True) is False  # it must come back
+
+
 def test_a_new_attempt_or_job_replaces_the_reports() -> None:
     store = ProgressStore()
     report(store, 500, rank=1)
