@@ -3,7 +3,7 @@
 `Resource` names a group/version/resource and builds its REST path. Every API path is built here,
 by `api_path`, and every segment of it escaped: a name read from an object (an owner reference, a
 label, a user's argument) is exactly one segment on the wire, or the path is refused
-(`InvalidPathSegment`) before anything is sent — it never adds a segment, a query or a fragment,
+(`InvalidPathSegmentError`) before anything is sent — it never adds a segment, a query or a fragment,
 and never climbs out of its resource's path.
 
 Ownership is proven only by a *controller* owner reference with the owner's UID — the rule of
@@ -34,7 +34,7 @@ def is_controlled_by(obj: Obj, uid: str) -> bool:
     return ref is not None and bool(uid) and ref.get("uid") == uid
 
 
-class InvalidPathSegment(ValueError):
+class InvalidPathSegmentError(ValueError):
     """A value that no escaping makes one API path segment; nothing was sent."""
 
     def __init__(self, value: str) -> None:
@@ -53,7 +53,7 @@ def path_segment(value: str) -> str:
     collection, here and up whatever their encoding, and any value with a "/" — the API server
     decodes `%2F` before it splits the path, so `x/status` would still reach the status."""
     if value in _DOT_SEGMENTS or "/" in value:
-        raise InvalidPathSegment(value)
+        raise InvalidPathSegmentError(value)
     return quote(value, safe="")
 
 

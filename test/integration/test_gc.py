@@ -10,14 +10,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+import audit
 import pytest
 from jobs import make_job
+from test_config import CONFIG, NAMESPACE, USER, service_account_kubeconfig
 from testbed import Cluster, wait_until
 
 from controller.cmd.main import App
-from controller.rest.resources import PODS
+from controller.meta import Resource
+from controller.rest.resources import PODS, PVCS, SERVICES
 
 LABEL = "torchrun-job-name"
 
@@ -227,3 +232,103 @@ def test_stuck_pods_are_forced_only_off_lost_nodes_and_counted_once(
         cluster.kubectl(
             "delete", "node", *[n for k, n in nodes.items() if k != "gone"], "--ignore-not-found", check=False
         )
+
+
+# -- one crafted owner reference ---------------------------------------------------------------------
+
+# what any user may write into an object of theirs that carries our label: the first climbs to
+# another namespace's Secret, the second is the name from the report (issue 30, item 5)
+TO_KUBE_SYSTEM = "../../../../../../api/v1/namespaces/kube-system/secrets/x"
+FROM_THE_REPORT = "../../../api/v1/namespaces/kube-system/secrets/x"
+
+
+@pytest.fixture
+def audited_controller_identity(cluster: Cluster, crds: Path, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig of the deployed controller's ServiceAccount with its shipped RBAC
+    (config/rbac): the one user whose reads the test bed's audit log records
+    (hack/controlplane.sh). Removed afterwards, the namespace waited out (test_config installs
+    it again). Needs kube-controller-manager: request it before `no_kube_gc`."""
+    assert cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0, (
+        f"{NAMESPACE} exists before the test: it would delete someone else's"
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    try:
+        cluster.kubectl("apply", "-k", str(CONFIG / "rbac"))
+        yield service_account_kubeconfig(cluster, tmp_path / "controller.kubeconfig")
+    finally:
+        cluster.kubectl("delete", "-k", str(CONFIG / "rbac"), "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=120s", check=False)
+
+
+def stray_requests(cluster: Cluster, namespace: str, since: datetime) -> list[str]:
+    """Every request `USER` sent since `since` that is not on the path of the object or
+    collection its audit record names, or that reaches outside `namespace` and the cluster-scoped
+    resources: method and URI of each. A create's record names the object it makes (not on its
+    URI): only its namespace is checked. Without a record of an object only discovery
+    (`/api`, `/apis`, `/apis/<group>[/<version>]`) may be read."""
+    strays = []
+    for event in audit.events(cluster, USER):
+        if event["user"]["username"] != USER or audit.received(event) < since:
+            continue
+        uri, ref = event["requestURI"], audit.ref(event)
+        path = uri.split("?", 1)[0]
+        if not ref:
+            ok = path.split("/")[1:2] in (["api"], ["apis"]) and len(path.split("/")) <= 4
+        elif ref.get("namespace", "") not in ("", namespace):
+            ok = False
+        elif event["verb"] == "create":
+            ok = True
+        else:
+            named = Resource(ref.get("apiGroup", ""), ref["apiVersion"], ref["resource"], "")
+            ok = path == named.path(ref.get("namespace"), ref.get("name"), ref.get("subresource"))
+        if not ok:
+            strays.append(f"{event['verb']} {uri}")
+    return strays
+
+
+def errors(app: App, resource: str) -> float:
+    return float(app.metrics.gc_errors.labels(resource)._value.get())
+
+
+def test_a_poisoned_owner_reference_neither_stops_collection_nor_steers_a_request(
+    cluster: Cluster,
+    namespace: str,
+    audited_controller_identity: Path,
+    no_kube_gc: None,
+    start_controller: Callable[..., App],
+) -> None:
+    make_job(cluster, namespace, "no-such-queue", name="x")
+    old = controller_ref("TorchrunJob", "x", uid_of(cluster, namespace, "torchrunjob", "x"))
+    cluster.apply([service("x", old), pvc("x-workspace", old)], namespace)
+    cluster.kubectl("delete", "torchrunjob", "x", "-n", namespace)  # its Service and PVC: orphans
+    # listed before the orphans of their kind (a cache lists by name), on every kind we collect
+    poison = {TO_KUBE_SYSTEM: "p-1", FROM_THE_REPORT: "p-2", "x?watch=true": "p-3"}
+    refs = [controller_ref("TorchrunJob", name, uid) for name, uid in poison.items()]
+    poisoned = {
+        ("service", "a-poisoned"): service("a-poisoned", refs[0]),
+        ("pvc", "a-poisoned"): pvc("a-poisoned", refs[1]),
+        ("pod", "a-poisoned"): pod("a-poisoned", refs[2]),
+    }
+    cluster.apply(list(poisoned.values()), namespace)
+
+    since = datetime.now(timezone.utc)
+    app = start_controller("--kubeconfig", str(audited_controller_identity))  # --gc-interval 1
+    orphans = [("service", "x"), ("pvc", "x-workspace")]
+    deadline = time.monotonic() + 30
+    while not (collected := all(gone_or_deleting(cluster, namespace, k, n) for k, n in orphans)):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    passes = []
+    for _ in range(3):  # as the background thread runs them, every second
+        try:
+            passes.append(str(app.gc.collect()))
+        except Exception as exc:  # the pass stopped: say where
+            passes.append(repr(exc)[:300])
+    audit.flush(cluster, namespace)
+    assert (stray_requests(cluster, namespace, since), collected, passes) == ([], True, ["0", "0", "0"])
+    for kind, name in poisoned:
+        assert untouched(cluster, namespace, kind, name), f"{kind} {name} was touched"
+    assert (deletions(app, "services"), deletions(app, "persistentvolumeclaims")) == (1, 1)
+    # passed over by rule, before any request: not an error
+    assert [errors(app, r.plural) for r in (SERVICES, PODS, PVCS)] == [0, 0, 0]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller.meta import InvalidPathSegment, Resource, api_path, group_version_path, path_segment
+from controller.meta import InvalidPathSegmentError, Resource, api_path, group_version_path, path_segment
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.config import ClusterConfig
@@ -50,7 +50,7 @@ def test_a_segment_is_percent_encoded_whole(value: str, escaped: str) -> None:
 @pytest.mark.parametrize("value", ["", ".", "..", "a/b", POISON, "x/status"])
 def test_what_no_escaping_makes_one_segment_is_refused(value: str) -> None:
     # "", "." and ".." mean the collection, here and up; the API server decodes %2F back to "/"
-    with pytest.raises(InvalidPathSegment):
+    with pytest.raises(InvalidPathSegmentError):
         path_segment(value)
 
 
@@ -63,7 +63,7 @@ def test_every_segment_of_a_resource_path_is_escaped() -> None:
         ("kube-system/secrets", "p", None),
         ("ns", "", None),  # a named request without a name is not a list
     ]:
-        with pytest.raises(InvalidPathSegment):
+        with pytest.raises(InvalidPathSegmentError):
             TORCHRUNJOBS.path(namespace, name, subresource)
 
 
@@ -72,7 +72,7 @@ def test_group_version_paths() -> None:
     assert group_version_path("batch/v1") == "/apis/batch/v1"
     assert group_version_path("we ird/v1") == "/apis/we%20ird/v1"
     assert api_path("apis", "a?b") == "/apis/a%3Fb"
-    with pytest.raises(InvalidPathSegment):
+    with pytest.raises(InvalidPathSegmentError):
         group_version_path("../v1")
 
 
@@ -117,7 +117,7 @@ def test_every_verb_sends_the_escaped_path(call: Callable[[RESTClient], object],
 )
 def test_a_name_that_would_leave_its_path_is_never_sent(call: Callable[[RESTClient], object]) -> None:
     client = RecordingClient()
-    with pytest.raises(InvalidPathSegment):
+    with pytest.raises(InvalidPathSegmentError):
         call(client)
     assert client.sent == []
 
@@ -144,8 +144,8 @@ def test_no_module_but_meta_builds_an_api_path_from_strings() -> None:
             continue
         tree = ast.parse(source.read_text(), str(source))
         skip = _docstrings(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
-                if _builds_api_path(node.value):
-                    found.append(f"{source.relative_to(CONTROLLER.parent)}:{node.lineno}")
+        literals = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in skip]
+        for node in literals:
+            if isinstance(node.value, str) and _builds_api_path(node.value):
+                found.append(f"{source.relative_to(CONTROLLER.parent)}:{node.lineno}")
     assert found == [], "build API paths with controller.meta (Resource.path, api_path): " + ", ".join(found)

@@ -43,7 +43,12 @@ class FakeServer(RESTClient):
 
 def owned(name: str, owner: str, uid: str = "tj-gone") -> Any:
     ref = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "name": owner, "uid": uid}
-    meta = {"name": name, "namespace": NS, "uid": f"uid-{name}", "ownerReferences": [{**ref, "controller": True}]}
+    meta = {
+        "name": name,
+        "namespace": NS,
+        "uid": f"uid-{name}",
+        "ownerReferences": [{**ref, "controller": True}],
+    }
     return freeze({"metadata": meta})
 
 
@@ -59,7 +64,9 @@ def collector(client: FakeServer, owned_by: dict[Resource, Lister]) -> GarbageCo
 
 
 def errors(gc: GarbageCollector, resource: Resource) -> float:
-    return float(gc.metrics.registry.get_sample_value("torchrun_gc_errors_total", {"resource": resource.plural}) or 0)
+    return float(
+        gc.metrics.registry.get_sample_value("torchrun_gc_errors_total", {"resource": resource.plural}) or 0
+    )
 
 
 def deleted(client: FakeServer) -> list[str]:
