@@ -1,13 +1,19 @@
 """The progress endpoint's TLS: a certificate from `--progress-cert-dir`, else one made at start.
 
 `server_context(cert_dir)` loads `tls.crt`/`tls.key` from the directory (e.g. a cert-manager
-Certificate's Secret mounted there: the kubelet refreshes the files, and a restart picks them
-up); with no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in a
+Certificate's Secret mounted there) and loads them again when they change (`CertReloader`): every
+new connection's handshake looks at the two files' identity (inode, size, modification time:
+two `stat` calls, no read) and, when either moved, the next handshakes are served the new pair —
+the kubelet's atomic swap of a Secret volume and a plain overwrite alike. Connections already
+open keep theirs; a pair that does not load (half written, a key that does not match) leaves the
+last good one served, and is tried again once the files change again.
+With no directory it makes a self-signed ECDSA P-256 certificate valid for a year, in a
 short-lived child process (`python -m controller.progress.tls`, which hands the PEMs back over a
 pipe), so `cryptography` (~14 MiB of RSS) is never loaded into the controller itself; the files
 ssl needs live in a private temporary directory removed at once.
 `ca_bundle(cert_dir)` is the `ca.crt` beside them, if any: the controller gives it to the
-reporters, which then verify the endpoint against it. A self-signed certificate has no CA to
+reporters, which then verify the endpoint against it (read once, at start: a new CA reaches the
+pods created after a restart of the controller). A self-signed certificate has no CA to
 hand out (each replica makes its own, and a job's pods outlive a failover), so reporters then
 encrypt without verifying — docs/design/progress.md says what that costs and why it is bounded.
 """
@@ -21,26 +27,85 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
+import structlog
+
+log = structlog.get_logger("progress")
 SUBJECT = "torchrun-controller progress endpoint"
 
 
 def server_context(cert_dir: str | None) -> ssl.SSLContext:
-    """A TLS server context with the directory's certificate, or a fresh self-signed one."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    """A TLS server context with the directory's certificate, served anew whenever its files
+    change (`CertReloader`), or a fresh self-signed one."""
     if cert_dir:
-        ctx.load_cert_chain(os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key"))
-        return ctx
+        return CertReloader(cert_dir).front
     cert, key = self_signed_in_child()
     with tempfile.TemporaryDirectory() as tmp:  # ssl loads chains from files only
         crt_path, key_path = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
         key_path.touch(mode=0o600)
         key_path.write_bytes(key)
         crt_path.write_bytes(cert)
-        ctx.load_cert_chain(str(crt_path), str(key_path))
+        return _context(str(crt_path), str(key_path))
+
+
+def _context(crt: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(crt, key)
     return ctx
+
+
+class CertReloader:
+    """`tls.crt` and `tls.key` of a directory, as they are when each connection says hello.
+
+    `front` is the context to serve with (it holds the pair as loaded at start, so a missing or
+    bad pair fails the start, as before). Its hello callback runs in the handshake of every new
+    connection, before the server's certificate is sent: when the files' identity moved, the pair
+    is loaded into a new context (once, under the lock: other handshakes wait for that load only)
+    and the connection is switched to the newest good context. Without a change that costs two
+    `stat` calls; reads of the files happen only when they changed."""
+
+    def __init__(self, cert_dir: str) -> None:
+        self.crt, self.key = os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key")
+        self._lock = threading.Lock()  # guards _seen and _current
+        self._seen = self._identity()
+        self.front = _context(self.crt, self.key)
+        self.front.sni_callback = self._hello
+        self._current = self.front
+
+    def current(self) -> ssl.SSLContext:
+        """The context of the pair on disk now; the last good one while it does not load."""
+        seen = self._identity()
+        with self._lock:
+            if seen is None or seen == self._seen:
+                return self._current
+            self._seen = seen
+            try:
+                self._current = _context(self.crt, self.key)
+                log.info("progress endpoint certificate reloaded", path=self.crt)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning(
+                    "progress endpoint certificate not reloaded: the last one is served", error=str(exc)
+                )
+            return self._current
+
+    def _hello(
+        self, conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
+    ) -> None:
+        current = self.current()
+        if current is not ctx:
+            conn.context = current
+
+    def _identity(self) -> tuple[tuple[int, int, int, int], ...] | None:
+        """Which files the two names point to now (a swapped symlink moves the inode); None
+        while either is missing."""
+        try:
+            stats = (os.stat(self.crt), os.stat(self.key))
+        except OSError:
+            return None
+        return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
 
 
 def self_signed_in_child(timeout: float = 60.0) -> tuple[bytes, bytes]:
