@@ -107,7 +107,8 @@ def test_dns_subdomains(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "A", "-a", "a-", "a..b", ".a", "a.", "a_b", "a b", "a/b", "..", "é", "x" * 254, POISON]
+    "name",
+    ["", "A", "-a", "a-", "a..b", ".a", "a.", "a_b", "a b", "a/b", "..", "é", "a\n", "x" * 254, POISON],
 )
 def test_not_dns_subdomains(name: str) -> None:
     assert not is_dns_subdomain(name)
