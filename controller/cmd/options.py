@@ -206,9 +206,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-cert-dir",
         default=None,
-        help="directory with tls.crt and tls.key for the progress endpoint (e.g. a cert-manager Secret),"
-        " and optionally ca.crt, which reporters then verify the endpoint with; default: a self-signed"
-        " certificate made at start",
+        help="directory with tls.crt and tls.key for the progress endpoint (e.g. a cert-manager Secret;"
+        " served anew to the next connection when they change), and optionally ca.crt, which reporters"
+        " then verify the endpoint with (read at start); default: a self-signed certificate made at start",
     )
     p.add_argument(
         "--progress-url",

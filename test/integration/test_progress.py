@@ -6,8 +6,11 @@ and writes, the standby answers 503 and writes nothing (the audit log says so).
 Proven here: a report becomes status.progress and Progressing; reports that prove nothing — no
 token, a token for another audience, a token not bound to a pod, a pod of job B reporting for job
 A, a user's pod carrying job A's label — are refused and change nothing; a job whose ranks fall
-silent is Stalled after its stallTimeoutSeconds and, with onStall Restart, restarted once (a
-Warning Event); and 50 reporting jobs cost at most one status write per job per --progress-period.
+silent — their heartbeats still arriving — is Stalled after its stallTimeoutSeconds and, with
+onStall Restart, restarted once (a Warning Event); an outage of the reports longer than that timeout
+is ReportingLost and restarts nothing; a certificate directory replaced under a running controller
+is served to the next connection; and 50 reporting jobs cost at most one status write per job per
+--progress-period.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import socket
 import ssl
 import time
@@ -29,11 +33,13 @@ from typing import Any, NamedTuple
 
 import audit
 import pytest
+from cryptography import x509
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, controller_program, wait_until
 
 from controller.plugin.console import Console
 from controller.plugin.main import main as plugin_main
+from controller.progress.tls import self_signed
 from controller.rest import RESTClient, load_config
 
 PERIOD = 3.0  # --progress-period of both replicas
@@ -171,6 +177,34 @@ def job_status(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
     return dict(cluster.get("torchrunjob", job, "-n", ns).get("status") or {})
 
 
+class Heartbeats:
+    """What the reporters of a job whose step does not move send: the same record, its age
+    growing, from every rank, at most every `every` seconds (answers ignored: a deleted pod's
+    token is refused, as the real sidecar's would be)."""
+
+    def __init__(
+        self, bed: Bed, job: str, pods: list[dict[str, Any]], step: int, age: float, every: float = 2
+    ):
+        self.bed, self.job, self.step, self.every = bed, job, step, every
+        self.tokens = [token(bed, pod) for pod in pods]
+        self.changed = time.monotonic() - age
+        self.sent = 0.0
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self.sent < self.every:
+            return
+        self.sent = now
+        for tok in self.tokens:
+            post(self.bed.leader.url, tok, report(self.job, self.step, age=now - self.changed))
+
+
+def warned(cluster: Cluster, ns: str, job: str, reason: str, words: str = "") -> bool:
+    """A Warning Event of `reason` about `job` that says `words`."""
+    events = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={job}")["items"]
+    return any(e["reason"] == reason and e["type"] == "Warning" and words in e["message"] for e in events)
+
+
 def test_a_report_becomes_status_progress_and_the_standby_accepts_none(cluster: Cluster, bed: Bed) -> None:
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "alpha", numNodes=1)
@@ -254,8 +288,10 @@ def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Clus
     for pod in pods:
         assert post(bed.leader.url, token(bed, pod), report("hung", 5, age=2))[0] == 200
     reported = time.monotonic()
+    heartbeats = Heartbeats(bed, "hung", pods, step=5, age=2)  # the ranks are alive, the step stuck
 
     def restarted() -> dict[str, Any] | None:
+        heartbeats.beat()
         obj = cluster.get("torchrunjob", "hung", "-n", ns)
         return obj if obj.get("status", {}).get("restarts") == 1 else None
 
@@ -266,12 +302,12 @@ def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Clus
     assert "step 5" in stalled["message"] and "silent: rank 0, rank 1" in stalled["message"]
     assert took >= 10 - 2 - 1, f"restarted {took:.1f}s after the last report: before the timeout"
 
-    def said(reason: str, words: str) -> bool:
-        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=hung")["items"]
-        return any(e["reason"] == reason and e["type"] == "Warning" and words in e["message"] for e in events)
-
-    wait_until(lambda: said("Stalled", "silent: rank 0, rank 1"), 10, message="the Stalled Warning")
-    wait_until(lambda: said("Restarting", "after: Stalled:"), 10, message="the restart, saying why")
+    wait_until(
+        lambda: warned(cluster, ns, "hung", "Stalled", "silent: rank 0, rank 1"), 10, message="Stalled"
+    )
+    wait_until(
+        lambda: warned(cluster, ns, "hung", "Restarting", "after: Stalled:"), 10, message="the restart"
+    )
     # the new attempt reports: Progressing again, the restart counted once
     fresh = worker_pod(cluster, ns, "hung", 0)
     assert fresh["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
@@ -285,6 +321,99 @@ def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Clus
         message="Progressing again",
     )
     assert job_status(cluster, ns, "hung")["restarts"] == 1
+
+
+LOST = 96  # seconds without any report before ReportingLost: two heartbeat periods (33 s) + 30 s
+
+
+def test_an_outage_of_the_reports_longer_than_the_stall_timeout_is_reporting_lost_and_restarts_nothing(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Both ranks report, then no report arrives at all — what an expired certificate, a rotated
+    CA or an overloaded endpoint does to every job at once — for far longer than the job's
+    stallTimeoutSeconds: the job is not Stalled and not restarted (onStall Restart), and once no
+    report came for the lost window it says Progressing=Unknown ReportingLost (a Warning). When
+    the reports come back, it is Progressing again."""
+    ns = bed.namespace
+    make_job(
+        cluster,
+        ns,
+        bed.queue,
+        "dark",
+        numNodes=2,
+        progress={"stallTimeoutSeconds": 10, "onStall": "Restart"},
+        failurePolicy={"maxRestarts": 1},
+    )
+    pods = [worker_pod(cluster, ns, "dark", i) for i in (0, 1)]
+    tokens = [token(bed, pod) for pod in pods]
+    for step in (5, 6):  # training moves, then the outage begins
+        for tok in tokens:
+            assert post(bed.leader.url, tok, report("dark", step))[0] == 200
+    last_report = time.monotonic()
+
+    def progressing() -> dict[str, Any]:
+        return condition(cluster.get("torchrunjob", "dark", "-n", ns), "Progressing") or {}
+
+    wait_until(lambda: progressing().get("reason") == "Reporting", 20, message="Progressing=True")
+    time.sleep(max(0.0, last_report + 10 + 2 * PERIOD + 5 - time.monotonic()))  # past the stall timeout
+    assert progressing().get("status") == "True", progressing()
+    lost = wait_until(
+        lambda: (c := progressing()).get("reason") == "ReportingLost" and c,
+        LOST - (time.monotonic() - last_report) + 2 * PERIOD + 15,
+        interval=1,
+        message="Progressing=Unknown ReportingLost",
+    )
+    took = time.monotonic() - last_report
+    assert lost["status"] == "Unknown" and "no progress report from any rank for 96s" in lost["message"], lost
+    assert "step 6" in lost["message"] and "no action is taken" in lost["message"], lost
+    assert took >= LOST - 2, f"lost {took:.1f}s after the last report: before the window"
+    status = job_status(cluster, ns, "dark")
+    assert not status.get("restarts") and status.get("phase") == "Running", status
+    assert [worker_pod(cluster, ns, "dark", i)["metadata"]["uid"] for i in (0, 1)] == [
+        p["metadata"]["uid"] for p in pods
+    ], "a worker pod was replaced"
+    wait_until(lambda: warned(cluster, ns, "dark", "ReportingLost", "step 6"), 10, message="the Warning")
+    assert not warned(cluster, ns, "dark", "Stalled") and not warned(cluster, ns, "dark", "Restarting")
+    # the outage ends: the reports say training went on meanwhile
+    for tok in tokens:
+        assert post(bed.leader.url, tok, report("dark", 90, age=1))[0] == 200
+    wait_until(
+        lambda: progressing().get("reason") == "Reporting", 2 * PERIOD + 10, message="Progressing again"
+    )
+    assert progressing()["status"] == "True" and not job_status(cluster, ns, "dark").get("restarts")
+
+
+def served(port: int) -> str:
+    """The common name of the certificate a new TLS connection to `port` is served."""
+    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=5)
+    return str(x509.load_pem_x509_certificate(pem.encode()).subject.rfc4514_string())
+
+
+def test_a_progress_cert_dir_replaced_while_running_is_served(
+    cluster: Cluster, crds: Path, namespace: str, tmp_path: Path
+) -> None:
+    """The controller program with --progress-cert-dir laid out as the kubelet mounts a Secret
+    (`tls.crt -> ..data/tls.crt`): cert-manager renews it, the kubelet swaps `..data` — the next
+    connection is served the new certificate, with no restart, and still answers."""
+    certs = tmp_path / "certs"
+    for name in ("first", "second"):
+        cert, key = self_signed(subject=name)
+        (certs / f"..{name}").mkdir(parents=True)
+        (certs / f"..{name}" / "tls.crt").write_bytes(cert)
+        (certs / f"..{name}" / "tls.key").write_bytes(key)
+    os.symlink("..first", certs / "..data")
+    for file in ("tls.crt", "tls.key"):
+        os.symlink(f"..data/{file}", certs / file)
+    port = free_port()
+    flags = (f"--progress-bind-address=127.0.0.1:{port}", f"--progress-cert-dir={certs}")
+    url = f"https://127.0.0.1:{port}/v1/progress"
+    with controller_program(cluster.kubeconfig, namespace, tmp_path / "controller.log", *flags):
+        wait_until(lambda: _answers(url), 30, message="the endpoint to serve")
+        assert served(port) == "CN=first"
+        os.symlink("..second", certs / "..data_tmp")
+        os.replace(certs / "..data_tmp", certs / "..data")  # the kubelet's atomic update
+        assert served(port) == "CN=second"
+        assert post(url, None, {})[0] in (401, 503)  # and it answers over it
 
 
 def test_fifty_reporting_jobs_cost_at_most_one_status_write_per_job_per_period(
