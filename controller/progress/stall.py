@@ -11,15 +11,16 @@ healthy jobs for it would fail them. The rules, in order:
   stalled, whatever its timeout);
 - the attempt ended (`ended`) → reporting, nothing more: its reports stop by design;
 - no report from any rank for `lost_after(timeout)` (the timeout, but at least two heartbeat
-  periods plus the reporter's longest backoff: one lost heartbeat and its retries are no outage)
-  → lost since the last report: never stalled, never an action, and `awaiting` (the next report,
-  even an unchanged one, must come back to say so);
+  periods plus the reporter's longest backoff: one lost heartbeat and its retries are no outage),
+  counted from a worker pod's later start (`started`: a new pod's reporter has nothing to say
+  until its program writes a record) → lost since the last report: never stalled, never an
+  action, and `awaiting` (the next report, even an unchanged one, must come back to say so);
 - the stall is due — the newest change of any rank, or a worker pod of the attempt started since
   (`started`: a hot reload or a rank's pod recreated in place, so a job loading again is not
   called stalled for the time it was away), is at least `timeout` old — and a report arrived
   at or after that moment → stalled since the newest change; every rank is silent;
-- due but no report arrived since → not yet stalled (`awaiting`: the next heartbeat confirms it, or the
-  lost window passes first);
+- due but no report arrived since → not yet stalled (`awaiting`: the next heartbeat confirms it,
+  or the lost window passes first);
 - else progressing; the ranks silent for `timeout` or longer are named.
 `recheck_after` is when the verdict changes if no report arrives (the stall falls due, or
 reporting is lost): a timer, so nobody has to poll.
@@ -101,7 +102,7 @@ def decide(
     if ended:
         return Verdict(reporting=True)
     heard = max(r.received_at for r in ranks)
-    lost_at = heard + timedelta(seconds=lost_after(timeout))
+    lost_at = max(heard, started or heard) + timedelta(seconds=lost_after(timeout))
     if now >= lost_at:
         return Verdict(reporting=True, lost=True, since=heard, awaiting=True)
     until_lost = (lost_at - now).total_seconds()

@@ -135,6 +135,21 @@ def test_a_pod_started_since_the_last_change_restarts_the_clock() -> None:
     assert decide(ranks((0, 5, 0, 60)), 60, at(60), started=at(-30)).stalled  # a start before the change
 
 
+def test_a_pod_started_since_the_last_report_is_not_lost_before_the_window_from_its_start() -> None:
+    """A hot reload's new pods report nothing until their program writes a record: neither a
+    stall (no heartbeat proves one) nor lost, until the lost window counted from the start."""
+    reported = ranks((0, 5, 0, 0))
+    assert decide(reported, 60, at(150), started=at(100)) == Verdict(
+        reporting=True, silent=(0,), recheck_after=10.0
+    )
+    assert decide(reported, 60, at(170), started=at(100)) == Verdict(
+        reporting=True, silent=(0,), recheck_after=26.0, awaiting=True
+    )
+    assert decide(reported, 60, at(196), started=at(100)) == Verdict(
+        reporting=True, lost=True, since=at(0), awaiting=True
+    )
+
+
 def test_stalled_message_names_last_step_since_when_and_silent_ranks() -> None:
     reported = ranks((0, 41, 0, 100), (1, 42, 30, 95))
     verdict = decide(reported, 60, at(100))
