@@ -4,7 +4,9 @@ the workqueue's bucket rate limiter.
 `reserve()` takes a token now, possibly going into debt, and returns how long the caller must
 wait before using it — exactly `rate.Limiter.Reserve().Delay()`, which client-go's
 `BucketRateLimiter.When` returns. `accept()` reserves and sleeps (client-go's
-`flowcontrol.RateLimiter.Accept`). Thread-safe; the clock is injectable.
+`flowcontrol.RateLimiter.Accept`). `allow()` takes a token only when one is there now, never
+going into debt (`rate.Limiter.Allow`; client-go's `TryAccept`): for callers that must not wait.
+Thread-safe; the clock is injectable.
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ class TokenBucket:
             self._last = now
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def allow(self) -> bool:
+        """Take one token if one is available now; never waits, never goes into debt."""
+        with self._lock:
+            now = self._clock.now()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
 
     def accept(self) -> float:
         """Block until a token is available; return the seconds waited."""

@@ -41,6 +41,7 @@ from controller.progress.endpoint import ProgressEndpoint, report_counter
 from controller.progress.identity import TokenReviewer
 from controller.progress.store import ProgressStore
 from controller.progress.tls import ca_bundle, server_context
+from controller.progress.tokens import REVIEW_BURST, REVIEW_QPS, REVIEWS_IN_FLIGHT
 from controller.rest import RESTClient, load_config
 from controller.rest.config import current_namespace
 from controller.rest.discovery import Discovery
@@ -182,7 +183,7 @@ class App:
         return ProgressEndpoint(
             self.opts.progress_bind_address,
             server_context(self.opts.progress_cert_dir),
-            reviewer=TokenReviewer(self.client),
+            reviewer=TokenReviewer(self.review_client()),
             store=self.progress,
             pods=owned[PODS],
             worker_jobs=owned[JOBS],
@@ -191,6 +192,20 @@ class App:
             enqueue=self.job_controller.enqueue,
             reports=report_counter(self.metrics.registry),
         ).start()
+
+    def review_client(self) -> RESTClient:
+        """The progress endpoint's own client, for TokenReviews and the service-account keys: its
+        pool and limiter are its own (the gate in progress/tokens.py keeps it under them), so a
+        flood of reports never delays a reconcile's request."""
+        return RESTClient(
+            load_config(self.opts.kubeconfig),
+            qps=2 * REVIEW_QPS,
+            burst=2 * REVIEW_BURST,
+            pool_size=REVIEWS_IN_FLIGHT,
+            timeout=10.0,
+            metrics=self.metrics,
+            user_agent=f"{self.client.user_agent}/token-review",
+        )
 
     def shutdown(self) -> None:
         """Stop both controllers taking keys at once, let in-flight reconciles finish, then stop

@@ -1,15 +1,23 @@
 """HTTP endpoints of the controller process: `/metrics` (Prometheus text format), `/healthz`
 (the process serves requests) and `/readyz` (a readiness function, e.g. caches synced and, with
 leader election, leading or standing by). A daemon thread serves them; `shutdown()` stops it.
+Bounded (`httpserve.BoundedHTTPServer`): `WORKERS` connections at once, the excess closed at once,
+`DEADLINE` seconds each in all — so idle or trickling connections never exhaust threads, and the
+health listener (`--health-addr`, its own server) keeps answering the kubelet's probes.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from controller.httpserve import BoundedHTTPServer
+
+WORKERS = 16
+DEADLINE = 5.0
 
 
 class MetricsServer:
@@ -48,8 +56,9 @@ class MetricsServer:
             def log_message(self, format: str, *args: object) -> None:  # quiet: scraped every few seconds
                 return
 
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-        self._server.daemon_threads = True
+        self._server = BoundedHTTPServer(
+            (host or "0.0.0.0", int(port)), Handler, workers=WORKERS, deadline=DEADLINE
+        )
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-server", daemon=True)
 
     @property

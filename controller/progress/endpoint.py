@@ -5,10 +5,13 @@ accepts: a standby answers 503 (`Retry-After`), and the reporter retries — the
 to any replica, so a retry soon reaches the leader. The leader:
 1. reads at most `MAX_BODY` bytes of JSON `{"job": NAME, "record": {...}, "secondsSinceChange": S}`
    (413 beyond, 400 when it is not that);
-2. reviews the bearer token (`identity.TokenReviewer`: 401 without one or when it is refused);
+2. reviews the bearer token (`identity.TokenReviewer`: 401 without one or when it is refused,
+   screened first at no API cost; 429 with `Retry-After` when reviews are at their cap);
 3. proves the token's pod is a worker of job NAME (`identity.prove`, from the caches: 403);
 4. parses the record like the sidecar did (`record.parse_object`: a pod is not trusted either)
    and keeps it (`store.ProgressStore`); when the job needs a pass, `enqueue`s it.
+Connections are bounded (`httpserve.BoundedHTTPServer`: `WORKERS` at once, excess closed at once,
+`DEADLINE` seconds each in all); refusals are logged at most one line per 10 s (`SampledLog`).
 An answer is one JSON line `{"accepted": bool, "message": ...}`. Nothing here writes to the API
 server but the TokenReview: the job reconciler writes status (`torchrunjob/progress.py`).
 """
@@ -19,8 +22,9 @@ import json
 import math
 import ssl
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import structlog
@@ -28,6 +32,7 @@ from prometheus_client import Counter
 
 from controller.cache import Lister
 from controller.clock import utc_now
+from controller.httpserve import BoundedHTTPServer
 from controller.meta import controller_of
 from controller.progress.identity import Refused, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
@@ -37,7 +42,8 @@ from controller.rest.errors import ApiError
 log = structlog.get_logger("progress")
 PATH = "/v1/progress"
 MAX_BODY = 64 * 1024
-TIMEOUT = 10.0  # seconds a connection may take for its handshake and each read
+DEADLINE = 10.0  # seconds a connection has in all: TLS handshake, headers, body, answer
+WORKERS = 320  # connections served at once (256 pods of one job reporting together, and more)
 
 
 class ProgressEndpoint:
@@ -70,7 +76,7 @@ class ProgressEndpoint:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
-                if status == 503:
+                if status in (429, 503):
                     self.send_header("Retry-After", "2")
                 self.end_headers()
                 self.wfile.write(body)
@@ -78,7 +84,10 @@ class ProgressEndpoint:
             def log_message(self, format: str, *args: object) -> None:  # one line per refusal instead
                 return
 
-        self._server = _TLSServer((host or "0.0.0.0", int(port)), Handler, context)
+        self._server = BoundedHTTPServer(
+            (host or "0.0.0.0", int(port)), Handler, workers=WORKERS, deadline=DEADLINE, context=context
+        )
+        self.refusals = SampledLog("progress report refused")
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="progress-endpoint", daemon=True
         )
@@ -123,7 +132,7 @@ class ProgressEndpoint:
         try:
             reporter = self.prove(auth[7:].strip(), job)
         except Refused as refused:
-            log.info("progress report refused", status=refused.status, reason=refused.message)
+            self.refusals.said(refused.status, refused.message)
             return refused.status, refused.message
         except ApiError as exc:
             log.warning("token review failed", error=str(exc))
@@ -151,27 +160,24 @@ class ProgressEndpoint:
         return prove(identity, pod, worker, torchrunjob, job)
 
 
-class _TLSServer(ThreadingHTTPServer):
-    """A thread per connection, whose TLS handshake runs in that thread with a timeout: a slow
-    or silent client never holds up the others (a TLS listening socket would handshake in the
-    accepting thread)."""
+class SampledLog:
+    """One log line per `every` seconds at most, saying how many were left unsaid since: a flood
+    of refusals costs no disk and no log pipeline (the counter still counts every one)."""
 
-    daemon_threads = True
+    def __init__(self, event: str, every: float = 10.0) -> None:
+        self.event, self.every = event, every
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._unsaid = 0
 
-    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
-        self.context = context
-        super().__init__(address, handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(TIMEOUT)
-        try:
-            tls = self.context.wrap_socket(request, server_side=True)
-        except (OSError, ValueError):
-            return  # not TLS, or gone: nothing to answer
-        try:
-            super().finish_request(tls, client_address)
-        finally:
-            tls.close()
+    def said(self, status: int, reason: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._unsaid += 1
+                return
+            unsaid, self._unsaid, self._next = self._unsaid, 0, now + self.every
+        log.info(self.event, status=status, reason=reason, unsaid_since_last=unsaid)
 
 
 def report_counter(registry: Any) -> Counter:

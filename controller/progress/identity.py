@@ -7,7 +7,9 @@ whose token names a pod — the review's `authentication.kubernetes.io/pod-name`
 extra fields, which only the API server's signer puts there, so a caller cannot forge them. The
 API server also refuses a token whose pod is gone or was replaced (its UID is checked). Reviews
 are cached for `CACHE_SECONDS` by the token's SHA-256 (never the token itself), at most
-`CACHE_SIZE` entries: thousands of reporters would otherwise cost a review per report.
+`CACHE_SIZE` entries: thousands of reporters would otherwise cost a review per report. Before a
+review, a token is screened without any API call (`tokens.py`: refused cache, shape, audience,
+expiry, the API server's signing keys) and reviews pass a gate that never waits (429 when full).
 
 `prove(identity, pod, worker_job, job, claimed)` is pure: the pod named by the token, read from
 the informer cache, must have that UID, be controlled by a batch Job (our worker Job, its UID
@@ -18,7 +20,6 @@ job A, a user's pod that only carries our label, a sync pod, a pod from another 
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections import OrderedDict
@@ -26,9 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jwt
+
 from controller.api import JOB_KIND
 from controller.api.groupversion import GROUP
 from controller.meta import Obj, Resource, controller_of
+from controller.progress.tokens import JWKS_PATH, Jwks, RefusedTokens, ReviewGate, Screen, Unscreened, digest
 from controller.rest.client import RESTClient
 
 AUDIENCE = "torchrun-controller"
@@ -37,7 +41,7 @@ POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SA_PREFIX = "system:serviceaccount:"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-CACHE_SECONDS = 60.0
+CACHE_SECONDS = 300.0  # `prove` re-checks the pod's UID in the cache at every report
 CACHE_SIZE = 10_000
 
 
@@ -122,31 +126,82 @@ def prove(
 
 
 class TokenReviewer:
-    """TokenReviews with a small cache of the accepted ones (module docstring)."""
+    """Screened TokenReviews with caches of the accepted and the refused (module docstring).
 
-    def __init__(self, client: RESTClient, *, clock: Any = time.monotonic) -> None:
+    `review(token)` answers the pod a token proves or raises `Refused`: 401 from the refused cache
+    or the screen (`tokens.py`: no API call), 429 when the review gate is full (never cached, the
+    reporter retries), else the TokenReview's verdict — cached, accepted ones for `CACHE_SECONDS`
+    (never past the token's own expiry), refused ones for `tokens.REFUSED_SECONDS`."""
+
+    def __init__(
+        self,
+        client: RESTClient,
+        *,
+        clock: Any = time.monotonic,
+        screen: Screen | None = None,
+        gate: ReviewGate | None = None,
+    ) -> None:
         self.client = client
         self.clock = clock
+        self.screen = screen if screen is not None else Screen(AUDIENCE, Jwks(self._fetch_keys, clock=clock))
+        self.gate = gate if gate is not None else ReviewGate()
+        self.refused = RefusedTokens(clock=clock)
+        self.reviews = 0  # TokenReviews sent (tests and benchmarks read it)
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[float, PodIdentity]] = OrderedDict()
 
+    def _fetch_keys(self) -> Mapping[str, Any]:
+        return self.client.request("get", "GET", JWKS_PATH, "jwks", attempts=1)
+
     def review(self, token: str) -> PodIdentity:
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        key = digest(token)
         now = self.clock()
         with self._lock:
-            hit = self._cache.get(digest)
+            hit = self._cache.get(key)
             if hit is not None and hit[0] > now:
                 return hit[1]
+        if (refused := self.refused.get(key)) is not None:
+            raise Refused(*refused)
+        try:
+            self.screen.check(token)
+        except Unscreened as e:
+            self.refused.add(key, 401, str(e))
+            raise Refused(401, str(e)) from None
+        if not self.gate.enter():
+            raise Refused(429, "too many token reviews at once: retry")
+        try:
+            identity = self._send(token, key)
+        finally:
+            self.gate.leave()
+        with self._lock:
+            self._cache[key] = (now + min(CACHE_SECONDS, _seconds_left(token)), identity)
+            self._cache.move_to_end(key)
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return identity
+
+    def _send(self, token: str, key: str) -> PodIdentity:
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": [AUDIENCE]},
         }
-        answer = self.client.request("create", "POST", TOKENREVIEWS.path(), TOKENREVIEWS.key, body=body)
-        identity = identity_of(answer.get("status") or {})
-        with self._lock:
-            self._cache[digest] = (now + CACHE_SECONDS, identity)
-            self._cache.move_to_end(digest)
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
-        return identity
+        self.reviews += 1
+        answer = self.client.request(
+            "create", "POST", TOKENREVIEWS.path(), TOKENREVIEWS.key, body=body, attempts=1
+        )
+        try:
+            return identity_of(answer.get("status") or {})
+        except Refused as refused:
+            if refused.status == 401:  # the API server said no: the same token always will
+                self.refused.add(key, refused.status, refused.message)
+            raise
+
+
+def _seconds_left(token: str) -> float:
+    """Seconds until the token's `exp` (already screened), or `CACHE_SECONDS` if it names none."""
+    try:
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.InvalidTokenError:
+        return CACHE_SECONDS
+    return max(0.0, float(exp) - time.time()) if isinstance(exp, (int, float)) else CACHE_SECONDS

@@ -35,9 +35,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from controller.httpserve import BoundedHTTPServer
 from controller.progress.record import Record
 from controller.progress.stack import dump_all
 from controller.progress.tail import Tailer
@@ -47,6 +48,7 @@ PUSH_MIN_SECONDS = 2.0
 HEARTBEAT_SECONDS = 30.0
 MAX_BACKOFF = 30.0
 TIMEOUT = 10.0
+SERVE_WORKERS = 8  # /metrics scrapes at once; more are closed at once (httpserve.py)
 
 
 @dataclass
@@ -173,8 +175,9 @@ def serve_metrics(address: str, latest: Latest, rank: str) -> None:
             return
 
     host, _, port = address.rpartition(":")
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
+    server = BoundedHTTPServer(
+        (host or "0.0.0.0", int(port)), Handler, workers=SERVE_WORKERS, deadline=TIMEOUT
+    )
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 
 

@@ -196,6 +196,8 @@ def rules(objects: list[dict[str, Any]]) -> set[tuple[str, str, str, str, str]]:
             continue
         ns = obj["metadata"].get("namespace", "") if obj["kind"] == "Role" else ""
         for rule in obj["rules"]:
+            if "nonResourceURLs" in rule:  # a URL, not a resource (the issuer's keys): not audited as one
+                continue
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
