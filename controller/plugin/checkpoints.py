@@ -1,15 +1,16 @@
-"""`kubectl torchrun checkpoints NAME`: every entry of the job's checkpoint root — step, time,
-size, complete or not (docs/checkpoints.md) — read by a short-lived pod.
+"""`kubectl torchrun checkpoints NAME`: every entry of the job's checkpoint root — step, time, size,
+complete or not (docs/checkpoints.md) — read by a short-lived pod.
 
-The volume may be mounted nowhere else right now (a suspended or finished job), so the plugin
-runs `python -m controller.sync checkpoints --root <mount path>` in a pod of its own,
-`<job>-checkpoints-<5 hex>` (`listing_pod`, pure): the image and securityContext of the worker
-pods' `prepare` container (the sync image the controller chose), the worker pods' placement
-(nodeSelector, tolerations, affinity, imagePullSecrets, schedulerName) and their `checkpoints`
-volume, mounted read-only at the same path; owned (not controlled) by the TorchrunJob, so it goes
-with the job if the plugin dies. The plugin waits up to `TIMEOUT` seconds for it to end, reads its
-log and deletes it. One line instead when the job has no worker Job to take these from, or no
-checkpoints volume.
+The volume may be mounted nowhere else right now (a suspended or finished job), so the plugin runs
+`python -m controller.sync checkpoints --root <mount path>` in a pod of its own,
+`<job>-checkpoints-<5 hex>` (`listing_pod`, pure): the image and securityContext of the worker pods'
+`prepare` container (the sync image the controller chose), the worker pods' placement (nodeSelector,
+tolerations, affinity, imagePullSecrets, schedulerName) and their `checkpoints` volume, mounted
+read-only at the same path; the RuntimeDefault seccomp profile, no privilege escalation and no
+capabilities unless the queue's context says otherwise; owned (not controlled) by the TorchrunJob,
+so it goes with the job if the plugin dies. The plugin waits up to `TIMEOUT` seconds for it to end,
+reads its log and deletes it. One line instead when the job has no worker Job to take these from, or
+no checkpoints volume.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from controller.sync.protocol import checkpoints_argv
 VOLUME = "checkpoints"
 PREPARE = "prepare"
 TIMEOUT = 120.0
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 _PLACEMENT = (
     "nodeSelector",
     "tolerations",
@@ -60,8 +62,8 @@ def listing_pod(job: JSON, worker_job: JSON, suffix: str) -> JSON:
         "volumeMounts": [{"name": VOLUME, "mountPath": mount["mountPath"], "readOnly": True}],
         "resources": prepare.get("resources") or {},
     }
-    if prepare.get("securityContext"):
-        container["securityContext"] = prepare["securityContext"]
+    # what Pod Security's `restricted` level asks, unless the queue's own context says otherwise
+    container["securityContext"] = {**RESTRICTED, **(prepare.get("securityContext") or {})}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -74,6 +76,7 @@ def listing_pod(job: JSON, worker_job: JSON, suffix: str) -> JSON:
             "restartPolicy": "Never",
             "activeDeadlineSeconds": int(TIMEOUT),
             "automountServiceAccountToken": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [container],
             "volumes": [_read_only(volume)],
             **{k: template[k] for k in _PLACEMENT if template.get(k)},

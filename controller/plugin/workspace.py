@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.api import InvalidObjectError, TorchrunJob, Workspace
+from controller.meta import is_controlled_by
 from controller.plugin.archive import Archive, write_archive
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
@@ -66,9 +67,15 @@ def packed(root: Path, force: bool, limit: int = DEFAULT_SIZE_LIMIT) -> Iterator
 
 def _sync_pod_running(kube: Kube, job: JSON, generation: int) -> bool | Waiting | None:
     """True once the sync pod runs; while the job is held up, None (its conditions say why),
-    else what the pod is doing."""
+    else what the pod is doing. A pod of that name the job does not control (its controller owner
+    reference's UID) is refused: the upload never goes into a pod someone else made."""
     name = sync_pod_name(job["metadata"]["name"], generation)
     pod = get_pod(kube, name)
+    if pod is not None and not is_controlled_by(pod, job["metadata"]["uid"]):
+        raise PluginError(
+            f"pod {name} is not this job's sync pod (it is not controlled by TorchrunJob "
+            f"{job['metadata']['name']}, UID {job['metadata']['uid']}): nothing was uploaded into it"
+        )
     if pod is not None:
         ended = pod_ended(pod)
         if ended is not None:

@@ -30,6 +30,7 @@ from typing import Any
 import jwt
 
 from controller.api import JOB_KIND
+from controller.api.distributed import MAX_NODES
 from controller.api.groupversion import GROUP
 from controller.meta import Obj, Resource, controller_of
 from controller.progress.tokens import JWKS_PATH, Jwks, RefusedTokens, ReviewGate, Screen, Unscreened, digest
@@ -118,11 +119,28 @@ def prove(
         raise Refused(403, f"{where}: its TorchrunJob {owner.get('name')} is gone or was replaced")
     if owner.get("name") != claimed:
         raise Refused(403, f"{where} belongs to TorchrunJob {owner.get('name')}, not {claimed}")
+    rank = _rank(where, pod, worker_job)
+    return Reporter(f"{identity.namespace}/{claimed}", str(owner["uid"]), str(ref["uid"]), rank, where)
+
+
+def _rank(where: str, pod: Obj, worker_job: Obj) -> int:
+    """The pod's node rank, from what its owner set and its user cannot change: the completion
+    index the Job controller put in the pod's immutable `spec.hostname` (`<worker Job>-<index>`),
+    with which the index annotation (a user may edit annotations) must agree; and below the
+    worker Job's completions and `MAX_NODES` — so one job's reports are kept for at most its own
+    ranks, never thousands a pod made up."""
     try:
         rank = int((pod["metadata"].get("annotations") or {})[INDEX_ANNOTATION])
     except (KeyError, ValueError):
         raise Refused(403, f"{where} has no completion index") from None
-    return Reporter(f"{identity.namespace}/{claimed}", str(owner["uid"]), str(ref["uid"]), rank, where)
+    hostname = str((pod.get("spec") or {}).get("hostname") or "")
+    if hostname and hostname != f"{worker_job['metadata'].get('name')}-{rank}":
+        raise Refused(403, f"{where}: its completion index {rank} is not its hostname's ({hostname})")
+    completions = (worker_job.get("spec") or {}).get("completions")
+    size = min(completions if isinstance(completions, int) else MAX_NODES, MAX_NODES)
+    if not 0 <= rank < size:
+        raise Refused(403, f"{where}: rank {rank} is outside the job's {size} nodes")
+    return rank
 
 
 class TokenReviewer:

@@ -76,7 +76,7 @@ def _extract_members(data: Readable, writer: _TreeWriter) -> None:
         if writer.tally.files == 0:  # Python 3.10 on a tar of nothing but its end marker
             raise SyncError(INVALID_ARCHIVE, "empty archive") from e
         raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
-    except (tarfile.TarError, EOFError, UnicodeError, ValueError) as e:
+    except (tarfile.TarError, EOFError, UnicodeError, ValueError, RecursionError) as e:
         raise SyncError(INVALID_ARCHIVE, f"corrupt or truncated archive: {e}") from e
 
 

@@ -51,6 +51,7 @@ from controller.sync import layout
 from controller.sync.errors import SyncError
 from controller.sync.limits import Limits
 from controller.sync.sources import git as git_source
+from controller.sync.sources import pvc as pvc_source
 
 # -- running the sync program ----------------------------------------------------------------------
 
@@ -930,3 +931,39 @@ def test_pvc_fifo_in_the_claim_is_refused(tmp_path: Path, claim: Path) -> None:
         tmp_path, 0, "--source", "pvc", "--sub-path", "projects/nlp", TORCHRUN_SOURCE_DIR=str(claim)
     )
     assert_failed(run, 0, "InvalidArchive", "pipe")
+
+
+@pytest.mark.parametrize("swapped", ["train.py", "data"])
+def test_pvc_entry_swapped_for_a_link_after_its_check_is_never_followed(
+    tmp_path: Path, claim: Path, monkeypatch: pytest.MonkeyPatch, swapped: str
+) -> None:
+    """The race made deterministic: the copier has listed and judged `swapped` (a file, a
+    directory) when another writer of the claim replaces it with a link to a secret outside the
+    tree; the copy is refused and nothing of the secret lands in the workspace."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "token").write_text("s3cr3t")
+    project = claim / "projects" / "nlp"
+    real_stat, done = os.stat, []
+
+    def stat_then_swap(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        st = real_stat(path, *args, **kwargs)
+        if path == swapped and kwargs.get("dir_fd") is not None and not done:
+            done.append(1)
+            victim = project / swapped
+            if victim.is_dir():
+                (victim / "vocab.txt").unlink()
+                victim.rmdir()
+                victim.symlink_to(secret)
+            else:
+                victim.unlink()
+                victim.symlink_to(secret / "token")
+        return st
+
+    monkeypatch.setattr(pvc_source.os, "stat", stat_then_swap)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(SyncError) as e:
+        pvc_source.copy(dest, claim, "projects/nlp", Limits())
+    assert e.value.reason == "InvalidArchive" and "replaced while it was copied" in e.value.message
+    assert done and not any("s3cr3t" in p.read_text() for p in dest.rglob("*") if p.is_file())

@@ -27,7 +27,7 @@ def test_every_worker_pod_gets_the_reporter_as_a_native_sidecar() -> None:
     assert pod["initContainers"][-1] is not None and pod["initContainers"][-1]["name"] == "progress-reporter"
     assert reporter["restartPolicy"] == "Always" and reporter["image"] == "ctl:1"
     assert reporter["command"] == ["python", "-m", "controller.progress.reporter"]
-    assert pod["shareProcessNamespace"] is True
+    assert "shareProcessNamespace" not in pod  # only with stack dumps (below)
     env = {e["name"]: e["value"] for e in reporter["env"]}
     assert env["TORCHRUN_PROGRESS_FILE"] == "/var/run/torchrun-progress/progress.jsonl"
     assert "TORCHRUN_PROGRESS_URL" not in env and "TORCHRUN_PROGRESS_CA" not in env  # no endpoint: no pushes
@@ -61,11 +61,14 @@ def test_only_the_sidecar_may_ptrace_and_only_when_the_queue_allows_stack_dumps(
     pod = pod_of(worker(job(), queue(debug={"stackDumps": True})))
     security = sidecar(pod)["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert pod["shareProcessNamespace"] is True  # py-spy in the sidecar sees the training processes
     assert security["allowPrivilegeEscalation"] is False
     trainer = pod["containers"][0].get("securityContext") or {}
     assert "capabilities" not in trainer or "SYS_PTRACE" not in str(trainer["capabilities"])
     for off in (queue(), queue(debug={}), queue(debug={"stackDumps": False})):  # off by default
-        locked = sidecar(pod_of(worker(job(), off)))["securityContext"]
+        plain = pod_of(worker(job(), off))
+        assert "shareProcessNamespace" not in plain  # the containers see only their own processes
+        locked = sidecar(plain)["securityContext"]
         assert locked["capabilities"] == {"drop": ["ALL"]} and locked["runAsNonRoot"] is True
         assert locked["seccompProfile"] == {"type": "RuntimeDefault"}
         assert locked["allowPrivilegeEscalation"] is False

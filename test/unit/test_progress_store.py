@@ -238,3 +238,30 @@ def test_a_broken_owner_chain_is_refused(
     with pytest.raises(Refused) as refused:
         prove(IDENTITY, pod, worker, tj, claimed)
     assert refused.value.status == 403 and says in refused.value.message
+
+
+def worker_pod(index: str, hostname: str | None) -> dict[str, Any]:
+    pod = obj("job-a-x", "pod-uid", JOB_REF, **{"batch.kubernetes.io/job-completion-index": index})
+    return {**pod, "spec": {"hostname": hostname}} if hostname else pod
+
+
+SIZED = {**WORKER, "spec": {"completions": 4}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "worker", "says"),
+    [
+        (worker_pod("3", "job-a-1"), SIZED, "not its hostname's (job-a-1)"),  # an edited annotation
+        (worker_pod("4", "job-a-4"), SIZED, "rank 4 is outside the job's 4 nodes"),
+        (worker_pod("4095", None), SIZED, "rank 4095 is outside the job's 4 nodes"),
+        (worker_pod("-1", None), SIZED, "rank -1 is outside"),
+        (worker_pod("5000", None), WORKER, "outside the job's 1024 nodes"),  # no completions: MAX_NODES
+    ],
+)
+def test_a_rank_the_pod_made_up_is_refused(pod: dict[str, Any], worker: dict[str, Any], says: str) -> None:
+    """The rank comes from the pod's immutable hostname, agrees with its annotation, and is one of
+    the job's: a pod cannot make the controller keep reports for thousands of ranks."""
+    with pytest.raises(Refused) as refused:
+        prove(IDENTITY, pod, worker, TJ, "job-a")
+    assert refused.value.status == 403 and says in refused.value.message
+    assert prove(IDENTITY, worker_pod("3", "job-a-3"), SIZED, TJ, "job-a").rank == 3

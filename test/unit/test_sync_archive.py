@@ -100,6 +100,27 @@ def test_oversized_extended_header_is_refused_before_it_is_read(tmp_path: Path) 
         extract(gzip.compress(out.getvalue()), tmp_path / "g")
 
 
+def pax_chain(chain: int) -> bytes:
+    """A tar whose one member `a.py` follows `chain` pax headers in a row."""
+    record = b"17 comment=hello\n"
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, len(record)
+    block = header.tobuf(tarfile.USTAR_FORMAT) + record.ljust(tarfile.BLOCKSIZE, b"\0")
+    member = tarfile.TarInfo("a.py")
+    member.size = 2
+    body = member.tobuf(tarfile.USTAR_FORMAT) + b"ok".ljust(tarfile.BLOCKSIZE, b"\0")
+    return block * chain + body + b"\0" * tarfile.RECORDSIZE
+
+
+@pytest.mark.parametrize("chain", [17, 5000])  # 5000: tarfile's own recursion would end in RecursionError
+def test_a_chain_of_extended_headers_is_an_invalid_archive(tmp_path: Path, chain: int) -> None:
+    with pytest.raises(SyncError, match="extended headers before one member") as e:
+        extract(gzip.compress(pax_chain(chain)), tmp_path / "g")
+    assert e.value.reason == INVALID_ARCHIVE
+    extract(gzip.compress(pax_chain(3)), tmp_path / "ok")  # a short chain is fine
+    assert (tmp_path / "ok" / "a.py").read_bytes() == b"ok"
+
+
 def test_negative_size_is_refused(tmp_path: Path) -> None:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:

@@ -12,8 +12,9 @@
   an endpoint (`ReporterSettings.url`), POSTs the latest record there with the projected
   service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
   by the kubelet), verifying the endpoint with `ReporterSettings.ca` when the controller has one;
-- `shareProcessNamespace: true`, so `kubectl torchrun stack` can run py-spy in the sidecar
-  against the training processes. With the queue's `debug.stackDumps: true` (off by default:
+- with the queue's `debug.stackDumps: true` only, `shareProcessNamespace: true`, so
+  `kubectl torchrun stack` can run py-spy in the sidecar against the training processes (without
+  it the containers see only their own processes). With `debug.stackDumps: true` (off by default:
   Pod Security's baseline and restricted levels refuse the capability) only the sidecar gets
   `SYS_PTRACE` (as UID 0, every other capability dropped: ptrace of another user's process
   needs the capability in effect, which a non-root container never has); without it the
@@ -125,9 +126,10 @@ def with_reporter(
     token = {
         "serviceAccountToken": {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
     }
+    shared = {"shareProcessNamespace": True} if stack_dumps_allowed(queue) else {}
     return {
         **pod,
-        "shareProcessNamespace": True,
+        **shared,
         "containers": containers,
         "initContainers": [*pod.get("initContainers", ()), reporter_container(job, queue, image, settings)],
         "volumes": [

@@ -96,6 +96,7 @@ def build_sync_pod(
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationMessagePolicy": "File",
         **extra,

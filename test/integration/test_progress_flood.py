@@ -1,0 +1,73 @@
+"""A flood of bogus progress reports costs the controller no TokenReview and its jobs almost no
+time (docs/security.md): distinct, well-formed JWTs with our audience and a future expiry, signed
+by a key the API server does not trust, POSTed to the controller program's progress endpoint
+while a normal job starts. The audit log shows no TokenReview during the flood; the job reaches
+Running within 1.5x (plus 1 s of slack for this 2-core machine) of a job started in the same run
+without the flood. The same flood, measured at several rates, is hack/bench/token_flood.py."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bench_modules import BENCH, load
+from jobs import queue_manifest
+from testbed import Cluster, controller_program, wait_until
+
+from controller.api.resources import TORCHRUNJOBS
+from controller.rest import RESTClient, load_config
+
+sys.path.insert(0, str(BENCH))  # token_flood imports its sibling common.py
+flood = load("token_flood")
+RATE = 40.0
+
+
+@pytest.fixture
+def endpoint(cluster: Cluster, crds: Path, namespace: str, tmp_path: Path) -> Iterator[str]:
+    port = flood.free_port()
+    flags = (f"--progress-bind-address=127.0.0.1:{port}",)
+    with controller_program(cluster.kubeconfig, namespace, tmp_path / "controller.log", *flags):
+        url = f"https://127.0.0.1:{port}/v1/progress"
+        wait_until(lambda: flood.post(url, "x", "probe") != 0, 60, message="the progress endpoint")
+        yield url
+
+
+def test_bogus_tokens_cost_no_token_review_and_a_normal_job_still_starts_in_time(
+    cluster: Cluster, namespace: str, endpoint: str
+) -> None:
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.apply(queue_manifest(queue, "run", duration="1h", nodeResources={"gpus": 0, "cpus": "10m"}))
+    rest = RESTClient(load_config(str(cluster.kubeconfig)))
+
+    def create(name: str) -> None:
+        spec = {"jobQueue": queue, "numNodes": 2, "command": "python t.py", "workspace": {"source": "none"}}
+        body = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": name}}
+        rest.request(
+            "create", "POST", TORCHRUNJOBS.path(namespace), TORCHRUNJOBS.key, body={**body, "spec": spec}
+        )
+
+    def phase(name: str) -> str:
+        got = rest.request("get", "GET", TORCHRUNJOBS.path(namespace, name), TORCHRUNJOBS.key)
+        return str((got.get("status") or {}).get("phase", ""))
+
+    try:
+        quiet = flood.time_to_running(create, phase, "quiet")
+        tokens = flood.forged_tokens(int(RATE * 30))
+        since = time.time()
+        with flood.Flood(endpoint, tokens, RATE, 30.0) as running:
+            time.sleep(2.0)  # at full rate before the job is created
+            loud = flood.time_to_running(create, phase, "loud")
+            time.sleep(1.0)
+        until = time.time()
+        sent = sum(running.answers.values())
+        assert sent >= RATE * 2, running.answers  # the flood really ran
+        assert set(running.answers) <= {401}, running.answers  # each refused, at once
+        time.sleep(1.0)  # the audit log is written as requests are answered
+        assert flood.token_reviews(cluster.run_dir, since, until) == 0
+        assert loud <= 1.5 * quiet + 1.0, (quiet, loud)
+    finally:
+        cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
