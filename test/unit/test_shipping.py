@@ -254,6 +254,20 @@ def test_the_deployment_is_locked_down_and_sized(deployment: dict[str, Any]) -> 
     assert pod["serviceAccountName"] == find("ServiceAccount", "rbac")["metadata"]["name"]
 
 
+def test_the_network_policy_admits_only_workers_to_the_progress_port(deployment: dict[str, Any]) -> None:
+    policy = find("NetworkPolicy", "manager")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"] for p in container(deployment)["ports"]}
+    by_port = {p["port"]: rule.get("from") for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert set(by_port) == ports  # every port the controller serves is named, nothing else
+    assert by_port["progress"] == [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"torchrun.ai/role": "worker"}}}
+    ]
+    assert by_port["metrics"] is None and by_port["health"] is None  # Prometheus, the kubelet
+
+
 def test_the_image_tag_and_label_are_the_package_version(deployment: dict[str, Any]) -> None:
     version = SETUP.get("metadata", "version")
     assert container(deployment)["image"] == f"ghcr.io/torchrun-ai/torchrun-controller:{version}"
