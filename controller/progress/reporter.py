@@ -13,8 +13,9 @@ one (so a new leader learns how long ranks have been silent), with the projected
 again for every push (the kubelet rotates it). A 503 (a standby, or a leader still syncing) or a
 connection error is retried with doubling backoff up to `MAX_BACKOFF`; a refusal (401/403) is
 logged and retried at the heartbeat. On SIGTERM (the training container ended and the kubelet
-stops the sidecar) it reads the file once more and pushes what was not accepted yet, so the
-controller sees the last step. It never exits on its own: a broken reporter must not take the
+stops the sidecar) it reads the file once more and pushes what was not accepted yet, retrying for
+up to `FLUSH_SECONDS` while a standby answers 503 or nobody answers, so the controller sees the
+last step. It never exits on its own: a broken reporter must not take the
 pod down.
 
 `stack` (run by `kubectl torchrun stack` through exec) prints a py-spy dump of every Python
@@ -48,6 +49,8 @@ PUSH_MIN_SECONDS = 2.0
 HEARTBEAT_SECONDS = 30.0
 MAX_BACKOFF = 30.0
 TIMEOUT = 10.0
+FLUSH_SECONDS = 20.0  # the final push's retries on SIGTERM: well inside the default 120 s grace
+FLUSH_FIRST_PAUSE = 0.2
 SERVE_WORKERS = 8  # /metrics scrapes at once; more are closed at once (httpserve.py)
 
 
@@ -78,13 +81,29 @@ class Pusher:
         self.next_at = 0.0
         self.backoff = PUSH_MIN_SECONDS
 
-    def flush(self, latest: Latest, now: float) -> int | None:
-        """The pod stops: push what was not accepted yet, whatever the interval (one try)."""
+    def flush(
+        self,
+        latest: Latest,
+        budget: float = FLUSH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> int | None:
+        """The pod stops: push what was not accepted yet, whatever the interval, retrying for up
+        to `budget` seconds (inside the pod's grace period) while the answer may change — a
+        standby's 503 (the Service sent it to the other replica), a 429, no answer — so the last
+        step lands; a refusal (400/401/403/404/413) is not retried. The last status, or None when
+        nothing was left to send."""
         record, changed = latest.get()
         if record is None or changed == self.sent_change:
             return None
-        self.next_at = 0.0
-        return self.tick(latest, now)
+        deadline, pause = clock() + budget, FLUSH_FIRST_PAUSE
+        while True:
+            self.next_at = 0.0
+            status = self.tick(latest, clock())
+            if status in (None, 200, 400, 401, 403, 404, 413) or clock() + pause > deadline:
+                return status
+            sleep(pause)
+            pause = min(2.0, pause * 2)
 
     def tick(self, latest: Latest, now: float) -> int | None:
         """Push if it is time; the HTTP status (0: no answer), or None when nothing was sent."""
@@ -211,7 +230,7 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
     if record is not None:
         latest.set(record, time.monotonic())
     if pusher is not None:
-        pusher.flush(latest, time.monotonic())
+        pusher.flush(latest)
 
 
 def _log(message: str) -> None:

@@ -28,6 +28,7 @@ from controller.plugin.kube import Kube, load_target
 from controller.plugin.objects import get_pod
 from controller.plugin.pack import scan
 from controller.plugin.upload import upload
+from controller.plugin.workspace import _sync_pod_running as sync_pod_running
 
 SHA_PREFIX = "sha256 "
 
@@ -468,3 +469,38 @@ def test_a_refused_upload_reports_the_sync_programs_reason_and_sync_retries_it(
     assert retried.returncode == 0, retried.stderr
     job = tj(cluster, namespace, "train")
     assert (job["spec"]["workspace"]["generation"], job["status"]["workspaceSha256"]) == (1, good.sha256)
+
+
+def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_pod(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A pod named like the job's sync pod (`train-sync-0`) that someone else made — no controller
+    owner reference to the TorchrunJob's UID — is refused before any exec, with one line."""
+    job = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "metadata": {"name": "train"},
+        "spec": {
+            "jobQueue": "none",
+            "numNodes": 1,
+            "command": "python train.py",
+            "workspace": {"source": "upload"},
+        },
+    }
+    cluster.apply(job, namespace)
+    decoy = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-sync-0",
+            "labels": {"torchrun-job-name": "train", "torchrun.ai/role": "sync"},
+        },
+        "spec": {"containers": [{"name": "sync", "image": "busybox"}], "nodeName": "nowhere"},
+    }
+    cluster.apply(decoy, namespace)
+    kube = Kube(load_target(str(cluster.kubeconfig), None, namespace))
+    current = tj(cluster, namespace, "train")
+    with pytest.raises(PluginError) as refused:
+        sync_pod_running(kube, current, 0)
+    assert "is not this job's sync pod" in refused.value.message
+    assert current["metadata"]["uid"] in refused.value.message

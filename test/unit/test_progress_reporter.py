@@ -48,17 +48,50 @@ def test_pushes_follow_changes_heartbeats_and_backoff() -> None:
     assert refused.tick(latest, 60.0 + HEARTBEAT_SECONDS - 1) is None
 
 
+class FakeTime:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_a_stopping_sidecar_flushes_what_was_not_accepted() -> None:
     sent: list[dict[str, Any]] = []
     pusher = Pusher("job", lambda body: (sent.append(body), 200)[1])
     latest = Latest()
-    assert pusher.flush(latest, 0.0) is None
+    t = FakeTime(0.0)
+    assert pusher.flush(latest, clock=lambda: t.now, sleep=t.sleep) is None
     latest.set(Record(step=1), 0.0)
     assert pusher.tick(latest, 0.0) == 200
     latest.set(Record(step=2), 0.5)
     assert pusher.tick(latest, 0.6) is None  # within the interval
-    assert pusher.flush(latest, 0.7) == 200 and sent[-1]["record"] == {"step": 2}
-    assert pusher.flush(latest, 0.8) is None  # nothing new
+    t.now = 0.7
+    assert pusher.flush(latest, clock=lambda: t.now, sleep=t.sleep) == 200 and sent[-1]["record"] == {
+        "step": 2
+    }
+    assert pusher.flush(latest, clock=lambda: t.now, sleep=t.sleep) is None  # nothing new
+
+
+def test_the_final_flush_retries_a_standby_until_the_leader_takes_it_within_its_budget() -> None:
+    """The Service sends each connection to either replica: a standby's 503 (or no answer) is
+    tried again at once-ish until the leader accepts, never past the budget; a refusal is not."""
+    answers = iter([503, 0, 503, 200])
+    pusher = Pusher("job", lambda body: next(answers))
+    latest = Latest()
+    latest.set(Record(step=9), 0.0)
+    t = FakeTime(1.0)
+    assert pusher.flush(latest, budget=10.0, clock=lambda: t.now, sleep=t.sleep) == 200
+    assert t.now - 1.0 < 2.0  # 0.2 + 0.4 + 0.8 s of pauses
+
+    stuck = Pusher("job", lambda body: 503)
+    t = FakeTime(0.0)
+    assert stuck.flush(latest, budget=5.0, clock=lambda: t.now, sleep=t.sleep) == 503
+    assert t.now <= 5.0  # gave up inside the budget
+
+    calls: list[int] = []
+    refused = Pusher("job", lambda body: (calls.append(1), 403)[1])
+    assert refused.flush(latest, budget=5.0, clock=lambda: 0.0, sleep=lambda s: None) == 403 and calls == [1]
 
 
 def test_metrics_name_the_step_and_the_users_numbers() -> None:
