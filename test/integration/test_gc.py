@@ -260,17 +260,21 @@ def audited_controller_identity(cluster: Cluster, crds: Path, tmp_path: Path) ->
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=120s", check=False)
 
 
-def stray_requests(cluster: Cluster, namespace: str, since: datetime) -> list[str]:
-    """Every request `USER` sent since `since` that is not on the path of the object or
-    collection its audit record names, or that reaches outside `namespace` and the cluster-scoped
-    resources: method and URI of each. A create's record names the object it makes (not on its
-    URI): only its namespace is checked. Without a record of an object only discovery
-    (`/api`, `/apis`, `/apis/<group>[/<version>]`) and the service-account issuer's keys may be
-    read."""
+def sent_since(cluster: Cluster, since: datetime) -> list[audit.Event]:
+    """Every request `USER` sent since `since`, as the audit log recorded it."""
+    return [
+        e for e in audit.events(cluster, USER) if e["user"]["username"] == USER and audit.received(e) >= since
+    ]
+
+
+def stray_requests(sent: list[audit.Event], namespace: str) -> list[str]:
+    """The requests of `sent` not on the path of the object or collection their audit record
+    names, or reaching outside `namespace` and the cluster-scoped resources: method and URI of
+    each. A create's record names the object it makes (not on its URI): only its namespace is
+    checked. Without a record of an object only discovery (`/api`, `/apis`,
+    `/apis/<group>[/<version>]`) and the service-account issuer's keys may be read."""
     strays = []
-    for event in audit.events(cluster, USER):
-        if event["user"]["username"] != USER or audit.received(event) < since:
-            continue
+    for event in sent:
         uri, ref = event["requestURI"], audit.ref(event)
         path = uri.split("?", 1)[0]
         if not ref:
@@ -328,7 +332,14 @@ def test_a_poisoned_owner_reference_neither_stops_collection_nor_steers_a_reques
         except Exception as exc:  # the pass stopped: say where
             passes.append(repr(exc)[:300])
     audit.flush(cluster, namespace)
-    assert (stray_requests(cluster, namespace, since), collected, passes) == ([], True, ["0", "0", "0"])
+    sent = sent_since(cluster, since)
+    assert (stray_requests(sent, namespace), collected, passes) == ([], True, ["0", "0", "0"])
+    # the log saw this controller's reads: the GC's GET that found TorchrunJob x gone
+    ref = ("get", "torchrunjobs", "x")
+    owner_reads = [
+        e for e in sent if (e["verb"], audit.ref(e).get("resource"), audit.ref(e).get("name")) == ref
+    ]
+    assert owner_reads, "the audit log shows none of this controller's reads"
     for kind, name in poisoned:
         assert untouched(cluster, namespace, kind, name), f"{kind} {name} was touched"
     assert (deletions(app, "services"), deletions(app, "persistentvolumeclaims")) == (1, 1)
