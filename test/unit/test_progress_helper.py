@@ -38,6 +38,7 @@ class Scalar:
 
 def test_reports_parse_back_into_records(helper: ModuleType, tmp_path: Path) -> None:
     assert helper.report(step=3, total_steps=10, loss=Scalar(), epoch=0.5, lr=float("nan"), note="x") is True
+    helper.flush()
     assert lines(tmp_path) == [Record(step=3, total_steps=10, epoch=0.5, rank=0, metrics={"loss": 0.5})]
 
 
@@ -47,6 +48,7 @@ def test_only_rank_0_unless_asked(
     monkeypatch.setenv("RANK", "3")
     assert helper.report(step=1) is False
     assert helper.report(step=1, all_ranks=True) is True
+    helper.flush()
     assert lines(tmp_path) == [Record(step=1, rank=3)]
 
 
@@ -56,6 +58,35 @@ def test_without_the_file_or_with_a_bad_one_nothing_raises(
     monkeypatch.delenv("TORCHRUN_PROGRESS_FILE")
     assert helper.report(step=1) is False
     monkeypatch.setenv("TORCHRUN_PROGRESS_FILE", str(tmp_path / "missing" / "dir" / "p"))
-    assert helper.report(step=1) is False
+    assert helper.report(step=1) is True and helper.flush() is False  # taken, but it cannot be written
     monkeypatch.setenv("TORCHRUN_PROGRESS_FILE", str(tmp_path / "p"))
     assert helper.report(**{f"m{i}": float(i) for i in range(5000)}) is False  # over the line limit
+
+
+class Lazy:
+    """A tensor's stand-in that counts its conversions (each is a device wait for a CUDA one)."""
+
+    def __init__(self, value: float) -> None:
+        self.value, self.converted = value, 0
+
+    def __float__(self) -> float:
+        self.converted += 1
+        return self.value
+
+
+def test_reporting_every_step_converts_nothing_in_the_loop_and_writes_at_most_once_per_interval(
+    helper: ModuleType, tmp_path: Path
+) -> None:
+    """A thousand reports in a tight loop: `report` converts no value (the loop never waits for a
+    device), the writer thread writes a line now and then with the newest values, and the last
+    step is in the file after `flush` (what exit does)."""
+    values = [Lazy(float(i)) for i in range(1000)]
+    for step, loss in enumerate(values, start=1):
+        helper.report(step=step, loss=loss)
+    converted_in_loop = sum(v.converted for v in values)
+    helper.flush()
+    written = lines(tmp_path)
+    assert converted_in_loop <= 2  # at most what the writer thread took meanwhile, never one per step
+    assert 1 <= len(written) <= 3 and written[-1] == Record(step=1000, rank=0, metrics={"loss": 999.0})
+    steps = [r.step for r in written if r is not None]
+    assert steps == sorted(steps)  # the lines land in the order the values were taken
