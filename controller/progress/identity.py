@@ -33,7 +33,16 @@ from controller.api import JOB_KIND
 from controller.api.distributed import MAX_NODES
 from controller.api.groupversion import GROUP
 from controller.meta import Obj, Resource, controller_of
-from controller.progress.tokens import JWKS_PATH, Jwks, RefusedTokens, ReviewGate, Screen, Unscreened, digest
+from controller.progress.tokens import (
+    JWKS_PATH,
+    JWKS_TYPE,
+    Jwks,
+    RefusedTokens,
+    ReviewGate,
+    Screen,
+    Unscreened,
+    digest,
+)
 from controller.rest.client import RESTClient
 
 AUDIENCE = "torchrun-controller"
@@ -169,7 +178,7 @@ class TokenReviewer:
         self._cache: OrderedDict[str, tuple[float, PodIdentity]] = OrderedDict()
 
     def _fetch_keys(self) -> Mapping[str, Any]:
-        return self.client.request("get", "GET", JWKS_PATH, "jwks", attempts=1)
+        return self.client.request("get", "GET", JWKS_PATH, "jwks", attempts=1, accept=JWKS_TYPE)
 
     def review(self, token: str) -> PodIdentity:
         key = digest(token)

@@ -40,6 +40,7 @@ log = structlog.get_logger("progress")
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512")
 LEEWAY = 30.0
 JWKS_PATH = "/openid/v1/jwks"
+JWKS_TYPE = "application/jwk-set+json"  # the only representation the API server serves there
 JWKS_SECONDS = 600.0
 JWKS_MIN_SECONDS = 30.0
 REFUSED_SECONDS = 300.0

@@ -80,14 +80,18 @@ class RESTClient(RequestSender):
         attempts: int | None = None,
         timeout: float | None = None,
         fenced: bool = True,
+        accept: str = "application/json",
     ) -> dict[str, Any]:
         """One JSON request with retries for transient failures; returns the decoded body.
 
         `attempts` overrides the client's retry budget (1: a single try) and `timeout` bounds
         each try as a whole, connect included; `fenced=False` bypasses the write fence (only for
-        the leader elector's own Lease writes).
+        the leader elector's own Lease writes); `accept` names a JSON type the server answers with
+        instead of application/json (the service-account issuer's keys).
         """
-        req = Request(verb, method, path, resource, params, body, content_type, attempts, timeout, fenced)
+        req = Request(
+            verb, method, path, resource, params, body, content_type, attempts, timeout, fenced, accept
+        )
         return self.do(req)
 
     def get(

@@ -79,6 +79,7 @@ class Request:
     attempts: int | None = None  # the retry budget (1: a single try); None: the sender's
     timeout: float | None = None  # bounds each try as a whole, connect included
     fenced: bool = True  # False bypasses the write fence
+    accept: str = "application/json"  # what the answer may be (the issuer's keys: application/jwk-set+json)
 
     def url(self, host: str) -> str:
         query = {k: v for k, v in (self.params or {}).items() if v is not None}
@@ -111,11 +112,11 @@ def retry_delay(exc: BaseException | None, attempt: int) -> float:
 
 
 def request_headers(
-    credentials: CredentialSource, user_agent: str, content_type: str | None
+    credentials: CredentialSource, user_agent: str, content_type: str | None, accept: str = "application/json"
 ) -> dict[str, str]:
     """JSON headers with the credentials' current authentication, fresh per call because a token
     file or an exec credential plugin may rotate it."""
-    headers = {"Accept": "application/json", "User-Agent": user_agent, **credentials.headers()}
+    headers = {"Accept": accept, "User-Agent": user_agent, **credentials.headers()}
     if content_type:
         headers["Content-Type"] = content_type
     return headers
@@ -180,7 +181,9 @@ class RequestSender:
                 req.method,
                 req.url(self.host),
                 body=req.data(),
-                headers=request_headers(self.credentials, self.user_agent, req.content_type_header()),
+                headers=request_headers(
+                    self.credentials, self.user_agent, req.content_type_header(), req.accept
+                ),
                 timeout=timeout,
                 preload_content=not stream,
                 retries=False,
