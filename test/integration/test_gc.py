@@ -16,9 +16,9 @@ from typing import Any
 
 import audit
 import pytest
+import yaml
 from jobs import make_job
-from test_config import CONFIG, NAMESPACE, USER, service_account_kubeconfig
-from testbed import Cluster, wait_until
+from testbed import REPO, Cluster, wait_until
 
 from controller.cmd.main import App
 from controller.meta import Resource
@@ -240,23 +240,33 @@ def test_stuck_pods_are_forced_only_off_lost_nodes_and_counted_once(
 # another namespace's Secret, the second is the name from the report (issue 30, item 5)
 TO_KUBE_SYSTEM = "../../../../../../api/v1/namespaces/kube-system/secrets/x"
 FROM_THE_REPORT = "../../../api/v1/namespaces/kube-system/secrets/x"
+# the deployed controller's identity (config/rbac): the one user whose reads the test bed's audit
+# log records (hack/controlplane.sh)
+NAMESPACE, SERVICE_ACCOUNT = "torchrun-system", "torchrun-controller"
+USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 
 
 @pytest.fixture
 def audited_controller_identity(cluster: Cluster, crds: Path, tmp_path: Path) -> Iterator[Path]:
-    """A kubeconfig of the deployed controller's ServiceAccount with its shipped RBAC
-    (config/rbac): the one user whose reads the test bed's audit log records
-    (hack/controlplane.sh). Removed afterwards, the namespace waited out (test_config installs
-    it again). Needs kube-controller-manager: request it before `no_kube_gc`."""
+    """A kubeconfig of the deployed controller's ServiceAccount (`USER`) with its shipped RBAC.
+    Removed afterwards, the namespace waited out (test_config.py installs it again). Needs
+    kube-controller-manager: request it before `no_kube_gc`."""
     assert cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0, (
         f"{NAMESPACE} exists before the test: it would delete someone else's"
     )
     cluster.kubectl("create", "namespace", NAMESPACE)
+    rbac = str(REPO / "config" / "rbac")
     try:
-        cluster.kubectl("apply", "-k", str(CONFIG / "rbac"))
-        yield service_account_kubeconfig(cluster, tmp_path / "controller.kubeconfig")
+        cluster.kubectl("apply", "-k", rbac)
+        token = cluster.kubectl("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=1h").stdout
+        config = yaml.safe_load(cluster.kubeconfig.read_text())  # the admin's, credentials swapped
+        for user in config["users"]:
+            user["user"] = {"token": token.strip()}
+        path = tmp_path / "controller.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        yield path
     finally:
-        cluster.kubectl("delete", "-k", str(CONFIG / "rbac"), "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "-k", rbac, "--ignore-not-found", check=False)
         cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=120s", check=False)
 
 
