@@ -125,6 +125,7 @@ def test_kustomize_renders_the_controller_and_its_rbac(cluster: Cluster) -> None
         ("Deployment", "torchrun-controller"),
         ("Service", "torchrun-controller-metrics"),
         ("Service", "torchrun-controller-progress"),
+        ("NetworkPolicy", "torchrun-controller"),
     }
     assert expected <= set(objects)
     assert {kind for kind, _ in set(objects) - expected} <= {"CustomResourceDefinition"}

@@ -261,7 +261,8 @@ def test_reports_that_prove_nothing_are_refused(cluster: Cluster, bed: Bed) -> N
         ),
         "a token bound to no pod": (token(bed, None), 403, "not bound to a pod"),
         "a user's pod with the job's label": (token(bed, impostor), 403, "not controlled by a worker Job"),
-        "a forged token": ("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtZSJ9.c2ln", 401, "token not accepted"),
+        # refused before any TokenReview (progress/tokens.py): the signature does not verify
+        "a forged token": ("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJtZSJ9.c2ln", 401, "signature does not verify"),
     }
     answers = {case: post(url, tok, report("job-a", 99)) for case, (tok, _, _) in cases.items()}
     for case, (_, code, says) in cases.items():
