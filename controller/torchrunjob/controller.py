@@ -165,7 +165,7 @@ class TorchrunJobReconciler:
         if p.waits(etcd) or p.waits(self.pod_groups.ensure(job, admission.queue, admission.topology)):
             return
         assert isinstance(etcd, Proceed)
-        attempt = self.workers.ensure(job, admission, p.status, etcd.value)
+        attempt = self.workers.ensure(job, admission, p.status, etcd.value, updater)
         if isinstance(attempt, Proceed):
             self.observe(job, attempt.value, p, updater)
         else:

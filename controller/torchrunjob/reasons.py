@@ -42,6 +42,7 @@ class Reason(str, Enum):
     INVALID_COMMAND = "InvalidCommand", Severity.WARNING
     NAME_CONFLICT = "NameConflict", Severity.WARNING
     SCHEDULER_API_MISSING = "SchedulerAPIMissing", Severity.WARNING
+    PODS_FORBIDDEN = "PodsForbidden", Severity.WARNING  # the namespace refuses the worker pods
     # WorkspaceReady
     NO_WORKSPACE = "NoWorkspace", Severity.QUIET
     SYNCED = "Synced", Severity.NORMAL

@@ -49,6 +49,11 @@ class JobUpdater:
             self._memo[name] = (version, value)
         return value
 
+    def forget(self, name: str) -> None:
+        """The next `memo(name, ...)` computes again, whatever its version."""
+        with self._lock:
+            self._memo.pop(name, None)
+
     def once(self, fact: str) -> bool:
         """True the first time `fact` is asked for on this updater, False ever after."""
         with self._lock:

@@ -9,7 +9,9 @@ job does not control is a `Wait` with `Admitted=False NameConflict`, never touch
   the etcd's reason meanwhile); one that exists is not held back by an etcd being replaced;
 - the Job is created as `manifests/worker.py` builds it, whole: an elastic job at the size the
   autoscaler chose (`elastic.desired_nodes`), the workspace generation in use, suspended when
-  the job is or its scheduler admits by unsuspending (Kueue);
+  the job is or its scheduler admits by unsuspending (Kueue) — and only once the namespace would
+  admit its pods (`pod_admission.py`: one server-side dry run per attempt); until then a `Wait`
+  with `Admitted=False PodsForbidden` saying why, looked at again after `pod_admission.RECHECK`;
 - an existing Job follows the job's `suspend` (only towards true on Kueue: unsuspending is
   Kueue's) and an elastic job's size (`ElasticSize.resize`);
 - the answer is `Proceed(Attempt)`: the Job as cached or created, the topology at its size, and
@@ -49,8 +51,10 @@ from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
 from controller.torchrunjob.manifests.scheduling import creates_suspended
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.manifests.worker import build_worker_job
+from controller.torchrunjob.pod_admission import PodAdmission
 from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
+from controller.torchrunjob.updater import JobUpdater
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,15 @@ class Workers:
         self.pods = pods
         self.elastic = ElasticSize(client, pods)
         self.settings = settings
+        self.pod_admission = PodAdmission(client)
 
     def ensure(
-        self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus, etcd: EtcdState
+        self,
+        job: TorchrunJob,
+        admission: Admission,
+        status: TorchrunJobStatus,
+        etcd: EtcdState,
+        updater: JobUpdater,
     ) -> Step[Attempt]:
         existing = self.children.get(JOBS, job)
         restart = status.restarts
@@ -107,8 +117,14 @@ class Workers:
         if existing is None and not etcd.ready:
             return Wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
         size = desired_nodes(job, admission.topology)
+        manifest = None if existing is not None else self.manifest(job, admission, status, size)
+        if manifest is not None:
+            refused = self.pod_admission.check(job, admission.queue, manifest, updater)
+            if refused is not None:
+                condition = Observed(JobConditionType.ADMITTED, False, Reason.PODS_FORBIDDEN, refused.message)
+                return Wait(condition, requeue_after=self.pod_admission.retry_in(refused))
         got = self.children.ensure_built(
-            JOBS, job, job.name, lambda: self.manifest(job, admission, status, size)
+            JOBS, job, job.name, lambda: manifest or self.manifest(job, admission, status, size)
         )
         if not isinstance(got, Proceed):
             return got

@@ -1,4 +1,5 @@
-"""What every object of a job shares (pure): names, labels, the owner reference, placement.
+"""What every object of a job shares (pure): names, labels, the owner reference, placement, and
+the security context of the containers that run as the training does.
 
 Names and labels are API (SPEC §4): every object carries `torchrun-job-name=<job>` and
 `torchrun.ai/role`, and a controller owner reference to the TorchrunJob (persisted checkpoints
@@ -6,6 +7,17 @@ claims excepted: `storage.py`). Placement — nodeSelector, tolerations, affinit
 queue's, plus what the queue allows the job to override. `nodeResources.gpuType` is informational
 (SPEC §3): it is shown and exported, never turned into a node selector, because real clusters
 label GPUs in their own words; placement is `scheduling.nodeSelector`.
+
+`training_security_context(queue)` is what the torchrun container and the init containers that
+run as it does (`prepare`, the code copy) get: what Pod Security's `restricted` level asks of a
+container — no privilege escalation, every capability dropped — **under** the queue's
+`securityContext` (default `runAsNonRoot: true`), whose own fields win: a platform engineer who
+writes `capabilities`, `allowPrivilegeEscalation` or `privileged` on a queue means it, and the
+namespace's policy then decides (`pod_admission.py` says so on the job). `capabilities` merge by
+key (`drop: [ALL]` stays beside a queue's `add`); `allowPrivilegeEscalation: false` is left out for
+a queue that asks for `privileged` or `SYS_ADMIN`, which the API refuses beside it. The
+RuntimeDefault seccomp profile is set on the worker pod (`worker_pod_security_context`), so a
+container's own profile (the queue's) still wins.
 """
 
 from __future__ import annotations
@@ -26,6 +38,22 @@ from controller.api import (
 from controller.api.resources import controller_reference
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+_SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN"})
+
+
+def worker_pod_security_context() -> dict[str, Any]:
+    """The worker pod's own securityContext: the RuntimeDefault seccomp profile (module doc)."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def training_security_context(queue: TorchrunQueue) -> dict[str, Any]:
+    """The securityContext of the containers that run as the training does (module doc)."""
+    own: dict[str, Any] = to_json(queue.spec.security_context)
+    capabilities = {"drop": ["ALL"], **(own.get("capabilities") or {})}
+    merged: dict[str, Any] = {**own, "capabilities": capabilities}
+    if not own.get("privileged") and not _SYS_ADMIN & set(capabilities.get("add") or ()):
+        merged = {"allowPrivilegeEscalation": False, **merged}
+    return merged
 
 
 def node_rank_env(name: str) -> dict[str, Any]:

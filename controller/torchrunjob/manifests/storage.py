@@ -25,11 +25,10 @@ from controller.api import (
     TorchrunJob,
     TorchrunQueue,
     WorkspaceSource,
-    to_json,
 )
 from controller.api.quantity import Quantity
 from controller.sync.protocol import copy_argv
-from controller.torchrunjob.manifests.common import object_metadata
+from controller.torchrunjob.manifests.common import object_metadata, training_security_context
 
 WORKSPACE_VOLUME = "workspace"
 CODE_VOLUME = "code"
@@ -141,7 +140,7 @@ def worker_storage(job: TorchrunJob, queue: TorchrunQueue, *, generation: int, i
                     "requests": {"cpu": "100m", "memory": "128Mi"},
                     "limits": {"cpu": "2", "memory": "512Mi"},
                 },
-                "securityContext": to_json(queue.spec.security_context),
+                "securityContext": training_security_context(queue),
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }
         )

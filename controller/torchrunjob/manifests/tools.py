@@ -6,7 +6,8 @@ Every worker pod, whatever its workspace source (`none` included), gets:
 - the init container `prepare` (`PREPARE_CONTAINER`), first of all init containers, from the sync
   image: `python -m controller.sync prepare` copies the package's `controller/tools/` there and
   writes `/opt/torchrun/env` (controller/sync/prepare.py). It runs as the torchrun container does
-  (the queue's securityContext), with what other fragments ask of it (`PrepareInputs`: its flags,
+  (`common.training_security_context`: the queue's securityContext over Pod Security
+  `restricted`'s asks), with what other fragments ask of it (`PrepareInputs`: its flags,
   environment and mounts — e.g. the checkpoints volume of `checkpoint.py`);
 - the torchrun container's command `LAUNCH_COMMAND` (`/bin/sh /opt/torchrun/launch torchrun`,
   with the same args): `launch` exports the env file's variables, puts `/opt/torchrun/python`
@@ -20,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.api import TorchrunQueue, to_json
+from controller.api import TorchrunQueue
 from controller.sync.protocol import prepare_argv
+from controller.torchrunjob.manifests.common import training_security_context
 
 TOOLS_VOLUME = "torchrun-tools"
 TOOLS_DIR = "/opt/torchrun"
@@ -61,7 +63,7 @@ def worker_tools(queue: TorchrunQueue, *, image: str, inputs: PrepareInputs | No
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"cpu": "1", "memory": "256Mi"},
         },
-        "securityContext": to_json(queue.spec.security_context),
+        "securityContext": training_security_context(queue),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if inputs.env:

@@ -10,7 +10,12 @@ from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), th
 checkpoints' environment, resume choice and grace period (`checkpoint.worker_checkpoint`), the
 size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
 restart it belongs to and the workspace generation in use (annotations), whether it starts
-suspended, and the progress reporter sidecar (`progress.with_reporter`).
+suspended, and the progress reporter sidecar (`progress.with_reporter`). Every container runs
+with no privilege escalation and no capability, the pod with the RuntimeDefault seccomp profile,
+under what the queue's `securityContext` says (`common.training_security_context`).
+
+`worker_pod(worker_job)` is the pod the Job controller makes of it for index 0, as far as admission
+can tell (name, labels, annotations, spec): what `pod_admission.py` asks the namespace about.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from controller.torchrunjob.manifests.common import (
     node_rank_env,
     object_metadata,
     placement,
+    training_security_context,
+    worker_pod_security_context,
     working_dir_of,
 )
 from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
@@ -46,7 +53,7 @@ from controller.torchrunjob.manifests.scheduling import SchedulerFields, schedul
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
 from controller.torchrunjob.manifests.tools import WorkerTools, worker_tools
 
-__all__ = ["COMPLETION_INDEX_ANNOTATION", "CONTAINER", "build_worker_job", "worker_requests"]
+__all__ = ["COMPLETION_INDEX_ANNOTATION", "CONTAINER", "build_worker_job", "worker_pod", "worker_requests"]
 CONTAINER = "torchrun"
 SHM_VOLUME = "dshm"
 
@@ -162,7 +169,7 @@ def _container(
         "env": _env(job, queue, topo, parsed, cluster_domain, checkpoint),
         "ports": [{"name": "rendezvous", "containerPort": job.spec.distributed.rdzv_port, "protocol": "TCP"}],
         "resources": _resources(queue, topo),
-        "securityContext": to_json(queue.spec.security_context),
+        "securityContext": training_security_context(queue),
     }
 
 
@@ -181,6 +188,7 @@ def _pod_spec(
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": job.name,
+        "securityContext": worker_pod_security_context(),
         "containers": [{**container, "volumeMounts": [shm_mount, tools.mount, *storage.mounts]}],
         "volumes": [
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
@@ -275,4 +283,25 @@ def build_worker_job(
                 "spec": pod,
             },
         },
+    }
+
+
+def worker_pod(worker_job: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    """The pod of `worker_job` (as `build_worker_job` made it) for completion index `index`, named
+    `<job>-<index>` (the Job controller adds a random suffix) with the completion index the Job
+    controller adds; no owner (a dry run needs none)."""
+    meta = worker_job["metadata"]
+    template = worker_job["spec"]["template"]
+    name = f"{meta['name']}-{index}"
+    annotations = {**(template["metadata"].get("annotations") or {}), COMPLETION_INDEX_ANNOTATION: str(index)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {**template["metadata"]["labels"], COMPLETION_INDEX_ANNOTATION: str(index)},
+            "annotations": annotations,
+        },
+        "spec": {**template["spec"], "hostname": name},
     }
