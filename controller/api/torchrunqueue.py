@@ -4,7 +4,8 @@ A queue is a template: the shape of one node (GPUs, CPUs, memory), the container
 security context), storage per GPU, scheduling, and the scheduler's own queue. Jobs reference it
 by name and add only what is specific to a run. Defaults are chosen so a minimal queue (node
 resources and an image) is usable:
-  * `securityContext.runAsNonRoot: true` — pods run as non-root unless the queue opts out;
+  * `securityContext.runAsNonRoot: true` — pods run as non-root unless the queue opts out (and
+    under Pod Security `restricted`'s other asks, which the queue's own fields override);
   * storage as described in `storage` (workspace on, checkpoints off, 2Gi of /dev/shm per GPU);
   * scheduler `default`; nothing overridable by jobs (`allowOverrides: []`), so a platform
     engineer opts in to each override; the KAI queue and the Kueue LocalQueue are named after
@@ -185,8 +186,11 @@ class TorchrunQueueSpec:
     security_context: JSONObject = field(
         default_factory=dict,
         metadata=api(
-            "Security context of the torchrun container (core/v1 SecurityContext); "
-            "runAsNonRoot defaults to true.",
+            "Security context of the torchrun container and of the init containers that run as it "
+            "does (core/v1 SecurityContext); runAsNonRoot defaults to true. Its fields win over "
+            "what Pod Security's restricted level asks, which the controller sets beneath them: "
+            "allowPrivilegeEscalation false, capabilities drop ALL (merged by key with the queue's), "
+            "and the RuntimeDefault seccomp profile on the pod.",
             object_defaults={"runAsNonRoot": True},
         ),
     )
