@@ -17,7 +17,9 @@ plugin and webhook judges it, nothing is stored, nothing is written. What it gua
 - **admitted** (or AlreadyExists: a pod of that name exists, so admission had passed): the
   worker Job is created as before, and the same pod is not asked about again for this job — a
   pass that finds no worker Job in the cache yet (its create on the way) sends nothing;
-- **anything else** proves nothing (400: a webhook that does not support dry runs; 404, 405):
+- **anything else** proves nothing (400: a webhook that does not support dry runs; 404, 405; a
+  ResourceQuota's 403 `exceeded quota`, which says *not now*, not *never*: the Job's pods come
+  when the quota allows, as any Job's):
   logged, and the Job is created as before; a transient error (429, 5xx, no answer) is raised, so
   the pass is retried with backoff like any other request's failure.
 The verdict lives in the job's `JobUpdater` (dropped with the job), keyed by a digest of the pod,
@@ -46,6 +48,7 @@ from controller.torchrunjob.updater import JobUpdater
 log = structlog.get_logger("torchrunjob")
 
 MEMO = "worker_pod_admission"
+QUOTA = "exceeded quota"  # the ResourceQuota admission plugin's words
 RECHECK = 60.0
 """Seconds after which a refused pod is asked about again (nothing announces a namespace's new
 labels or a policy's change to the controller)."""
@@ -65,19 +68,20 @@ def refusal_message(job: TorchrunJob, queue: TorchrunQueue, pod_name: str, said:
     head = (
         f"namespace {job.namespace} refuses the worker pods (a server-side dry run of pod {pod_name}): {said}"
     )
+    why = ""
     if stack_dumps_allowed(queue):
         why = (
-            f"TorchrunQueue {queue.name} sets debug.stackDumps: true, so each worker's progress-reporter "
+            f"; TorchrunQueue {queue.name} sets debug.stackDumps: true, so each worker's progress-reporter "
             "sidecar runs as root with SYS_PTRACE, which Pod Security's baseline and restricted levels "
             "refuse: run the job on a queue without debug.stackDumps, or in a namespace whose "
             "pod-security.kubernetes.io/enforce level is privileged"
         )
-    else:
+    elif "PodSecurity" in said:
         why = (
-            f"the worker pods' containers run with TorchrunQueue {queue.name}'s spec.securityContext over "
+            f"; the worker pods' containers run with TorchrunQueue {queue.name}'s spec.securityContext over "
             "Pod Security restricted's defaults: change the queue, or the namespace's policy"
         )
-    return f"{head}; {why}. The job starts by itself once the pods are admitted"
+    return f"{head}{why}. The job starts by itself once the pods are admitted"
 
 
 def _digest(pod: dict[str, Any]) -> str:
@@ -122,7 +126,7 @@ class PodAdmission:
                 body=pod,
             )
         except ApiError as exc:
-            if exc.status in (403, 422):
+            if exc.status in (403, 422) and QUOTA not in exc.message:
                 said = exc.message or str(exc)
                 log.info("worker pods refused", key=job.key, status=exc.status, message=said)
                 return Refusal(refusal_message(job, queue, name, said), self.clock.now())

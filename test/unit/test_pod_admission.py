@@ -169,6 +169,16 @@ def test_a_refusal_without_stack_dumps_points_at_the_queues_security_context() -
     assert "debug.stackDumps" not in refusal.message
 
 
+def test_a_webhooks_refusal_is_quoted_without_blaming_the_security_context() -> None:
+    denied = ApiError(
+        403,
+        {"reason": "Forbidden", "message": 'admission webhook "validate.kyverno.svc" denied the request: no'},
+    )
+    refusal = check(DryRuns(denied), FakeClock(), JobUpdater("ns/j", "u-1"), queue())
+    assert refusal is not None and 'admission webhook "validate.kyverno.svc" denied' in refusal.message
+    assert "securityContext" not in refusal.message
+
+
 def test_an_admitted_pod_is_asked_about_once_per_attempt() -> None:
     api, clock, updater = DryRuns(None, None), FakeClock(), JobUpdater("ns/j", "u-1")
     q = queue()
@@ -199,6 +209,7 @@ def test_a_refused_pod_is_asked_about_again_after_recheck_or_once_the_pod_change
     [
         ApiError(400, {"reason": "BadRequest", "message": "admission webhook x does not support dry run"}),
         ApiError(409, {"reason": "AlreadyExists", "message": 'pods "j-0" already exists'}),
+        ApiError(403, {"reason": "Forbidden", "message": 'pods "j-0" is forbidden: exceeded quota: q'}),
     ],
 )
 def test_an_answer_that_proves_nothing_lets_the_job_go_on(answer: ApiError) -> None:
