@@ -69,7 +69,8 @@ class Window:
 
     def writes(self) -> list[dict[str, Any]]:
         done = (e for e in self.events() if e.get("stage") == "ResponseComplete")
-        return [e for e in done if e.get("verb") in WRITE_VERBS]
+        # a server-side dry run (the worker pod's admission check) is audited as a create, stores nothing
+        return [e for e in done if e.get("verb") in WRITE_VERBS and "dryRun=" not in str(e.get("requestURI"))]
 
     def wait_quiet(self, quiet: float = 10.0, timeout: float = 600) -> list[dict[str, Any]]:
         """The namespace's writes once none has come for `quiet` seconds (raises after `timeout`)."""
