@@ -138,6 +138,21 @@ def token_reviews(audit_dir: Path, since: float, until: float) -> int:
     return count
 
 
+def job_verbs(rest: RESTClient, ns: str, queue: str) -> tuple[Callable[[str], None], Callable[[str], str]]:
+    """Create a 2-node TorchrunJob of `queue` by name, and read a job's phase by name."""
+
+    def create(name: str) -> None:
+        spec = {"jobQueue": queue, "numNodes": 2, "command": "python t.py", "workspace": {"source": "none"}}
+        body = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": name}}
+        rest.request("create", "POST", TORCHRUNJOBS.path(ns), TORCHRUNJOBS.key, body={**body, "spec": spec})
+
+    def phase(name: str) -> str:
+        got = rest.request("get", "GET", TORCHRUNJOBS.path(ns, name), TORCHRUNJOBS.key)
+        return str((got.get("status") or {}).get("phase", ""))
+
+    return create, phase
+
+
 def time_to_running(create: Callable[[str], None], phase: Callable[[str], str], name: str) -> float:
     """Seconds from the create of job `name` to the first read of phase Running (60 s at most)."""
     started = time.monotonic()
@@ -206,21 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     with control_plane(nodes=2) as kubeconfig, _bed(kubeconfig, kubeconfig.parent / "controller.log") as bed:
         ns, rest, url = bed
 
-        def create(name: str) -> None:
-            spec = {
-                "jobQueue": "flood",
-                "numNodes": 2,
-                "command": "python t.py",
-                "workspace": {"source": "none"},
-            }
-            body = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": name}}
-            rest.request(
-                "create", "POST", TORCHRUNJOBS.path(ns), TORCHRUNJOBS.key, body={**body, "spec": spec}
-            )
-
-        def phase(name: str) -> str:
-            got = rest.request("get", "GET", TORCHRUNJOBS.path(ns, name), TORCHRUNJOBS.key)
-            return str((got.get("status") or {}).get("phase", ""))
+        create, phase = job_verbs(rest, ns, "flood")
 
         rows, answers, series = [], Counter[int](), {}
         for label in ("quiet", f"flood {args.rate:g}/s"):

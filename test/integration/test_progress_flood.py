@@ -18,7 +18,6 @@ from bench_modules import BENCH, load
 from jobs import queue_manifest
 from testbed import Cluster, controller_program, wait_until
 
-from controller.api.resources import TORCHRUNJOBS
 from controller.rest import RESTClient, load_config
 
 sys.path.insert(0, str(BENCH))  # token_flood imports its sibling common.py
@@ -41,18 +40,7 @@ def test_bogus_tokens_cost_no_token_review_and_a_normal_job_still_starts_in_time
 ) -> None:
     queue = f"q-{uuid.uuid4().hex[:6]}"
     cluster.apply(queue_manifest(queue, "run", duration="1h", nodeResources={"gpus": 0, "cpus": "10m"}))
-    rest = RESTClient(load_config(str(cluster.kubeconfig)))
-
-    def create(name: str) -> None:
-        spec = {"jobQueue": queue, "numNodes": 2, "command": "python t.py", "workspace": {"source": "none"}}
-        body = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": name}}
-        rest.request(
-            "create", "POST", TORCHRUNJOBS.path(namespace), TORCHRUNJOBS.key, body={**body, "spec": spec}
-        )
-
-    def phase(name: str) -> str:
-        got = rest.request("get", "GET", TORCHRUNJOBS.path(namespace, name), TORCHRUNJOBS.key)
-        return str((got.get("status") or {}).get("phase", ""))
+    create, phase = flood.job_verbs(RESTClient(load_config(str(cluster.kubeconfig))), namespace, queue)
 
     try:
         quiet = flood.time_to_running(create, phase, "quiet")
