@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -25,9 +26,9 @@ from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.flags import EXIT_CODE, FlagError, Parser, at_least, parse
 from controller.plugin.hotreload import sync
 from controller.plugin.kube import Kube, load_target
-from controller.plugin.manifest import SubmitSpec, command_text, parse_env
+from controller.plugin.manifest import command_text, parse_env
 from controller.plugin.stack import stack_command
-from controller.plugin.submit import submit
+from controller.plugin.submit import SpecFlags, job_to_submit, read_manifest, submit, submit_spec
 from controller.rest.errors import ApiError
 
 PROG = "kubectl torchrun"
@@ -43,19 +44,83 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def duration(minimum: int) -> Callable[[str], int]:
+    """The type of a flag taking a duration (`90m`, `1h30m`, `3600s`, `2d`; a bare number is
+    seconds) of at least `minimum` seconds; the value is in seconds."""
+
+    def parse(text: str) -> int:
+        if text.isdigit():
+            seconds = int(text)
+        elif (m := _DURATION.match(text)) and any(m.groups()):
+            seconds = sum(int(v) * _UNIT_SECONDS[unit] for unit, v in m.groupdict().items() if v)
+        else:
+            raise argparse.ArgumentTypeError(f"must be a duration like 90m, 1h or 3600s, not {text!r}")
+        if seconds < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}s, not {text}")
+        return seconds
+
+    return parse
+
+
 def _add_submit(sub: argparse._SubParsersAction[Parser], common: Parser) -> None:
+    # --queue, the size and the command are required unless -f FILE has them (`submit_spec`)
     p = sub.add_parser("submit", parents=[common], help="run the current directory as a job")
-    p.add_argument("--queue", required=True, help="TorchrunQueue to run on")
-    size = p.add_mutually_exclusive_group(required=True)
-    size.add_argument("--nodes", type=at_least(1), help="nodes (pods) of the queue's shape")
-    size.add_argument("--gpus", type=at_least(1), help="total GPUs (whole nodes, or part of one)")
+    p.add_argument(
+        "-f",
+        "--filename",
+        type=Path,
+        metavar="FILE",
+        help="a TorchrunJob manifest to submit with this directory; the flags given replace its fields",
+    )
+    p.add_argument("--queue", help="TorchrunQueue to run on (spec.jobQueue)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--nodes", type=at_least(1), help="nodes (pods) of the queue's shape (spec.numNodes)")
+    size.add_argument(
+        "--gpus", type=at_least(1), help="total GPUs: whole nodes, or part of one (spec.numGPUs)"
+    )
     p.add_argument("--name", help="job name (default: the directory's name plus a random suffix)")
     p.add_argument(
         "--env",
         action="append",
         default=[],
         metavar="K=V",
-        help="environment variable (the queue must allow env)",
+        help="environment variable (spec.overrides.env; the queue must allow env)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=at_least(0),
+        metavar="N",
+        help="whole-job restarts after a failure (spec.failurePolicy.maxRestarts; default 0)",
+    )
+    p.add_argument(
+        "--min-nodes", type=at_least(1), metavar="N", help="elastic: fewest nodes (spec.elastic.minNodes)"
+    )
+    p.add_argument(
+        "--max-nodes",
+        type=at_least(1),
+        metavar="N",
+        help="elastic: most nodes (spec.elastic.maxNodes); without --nodes the job starts at --min-nodes",
+    )
+    p.add_argument(
+        "--deadline",
+        type=duration(1),
+        metavar="DURATION",
+        help="fail the job this long after it started, e.g. 1h, 90m, 3600s (spec.activeDeadlineSeconds)",
+    )
+    p.add_argument(
+        "--ttl",
+        type=duration(0),
+        metavar="DURATION",
+        help="delete the job this long after it finished, e.g. 7d, 1h (spec.ttlSecondsAfterFinished)",
+    )
+    p.add_argument(
+        "--suspend",
+        action="store_true",
+        help="create it suspended: upload, then wait for resume (spec.suspend)",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the manifest and the file list; send nothing"
@@ -64,7 +129,7 @@ def _add_submit(sub: argparse._SubParsersAction[Parser], common: Parser) -> None
     p.add_argument(
         "--force", action="store_true", help="send secret-looking files and trees over the size limit"
     )
-    p.add_argument("command", nargs="+", help='what you would run locally, e.g. "python train.py --epochs 3"')
+    p.add_argument("command", nargs="*", help='what you would run locally, e.g. "python train.py --epochs 3"')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,15 +190,37 @@ def _connector(args: argparse.Namespace) -> Callable[[], Kube]:
     return connect
 
 
+def _submit(args: argparse.Namespace, console: Console, cwd: Path) -> int:
+    base = read_manifest(args.filename) if args.filename else None
+    spec = submit_spec(
+        base, queue=args.queue, command=command_text(args.command) if args.command else None,
+        nodes=args.nodes, gpus=args.gpus, name=args.name, env=parse_env(args.env),
+        source=f"-f {args.filename}" if args.filename else "",
+    )  # fmt: skip
+    flags = SpecFlags(
+        max_restarts=args.max_restarts, min_nodes=args.min_nodes, max_nodes=args.max_nodes,
+        deadline=args.deadline, ttl=args.ttl, suspend=args.suspend,
+    )  # fmt: skip
+    manifest = job_to_submit(spec, flags, cwd.resolve().name, base)
+    namespace = manifest["metadata"].get("namespace")
+    if namespace and getattr(args, "namespace", namespace) != namespace:
+        raise PluginError(
+            f"--namespace: {args.namespace}, but -f {args.filename} says metadata.namespace: {namespace}",
+            EXIT_CODE,
+        )
+    if namespace:
+        args.namespace = namespace  # like kubectl: the file's namespace, unless -n says otherwise
+    return submit(
+        manifest, cwd, _connector(args), console,
+        dry_run=args.dry_run, detach=args.detach, force=args.force, env_flag=bool(args.env),
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace, console: Console, cwd: Path) -> int:
     """Run the parsed command; its exit code (errors raise `PluginError`)."""
-    connect = _connector(args)
     if args.cmd == "submit":
-        spec = SubmitSpec(
-            queue=args.queue, command=command_text(args.command), nodes=args.nodes, gpus=args.gpus,
-            name=args.name, env=parse_env(args.env),
-        )  # fmt: skip
-        return submit(spec, cwd, connect, console, dry_run=args.dry_run, detach=args.detach, force=args.force)
+        return _submit(args, console, cwd)
+    connect = _connector(args)
     kube = connect()
     if args.cmd == "list":
         return commands.list_command(kube, console, args.all_namespaces)

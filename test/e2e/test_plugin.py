@@ -504,3 +504,71 @@ def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_po
         sync_pod_running(kube, current, 0)
     assert "is not this job's sync pod" in refused.value.message
     assert current["metadata"]["uid"] in refused.value.message
+
+
+def test_submit_f_uploads_into_the_files_job_with_each_flags_field_replaced(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    """`submit -f job.yaml` plus flags: the job the API server holds is the file's, each flag given
+    replacing its field (the lifecycle flags included), and this directory is uploaded into it; a
+    value the API server refuses is its message, in one line, and creates nothing."""
+    write(project, PROJECT)
+    q = queue("succeed", "4s", **{"kwok.torchrun.ai/logs": "epoch 1 loss 0.5"})
+    job_file = project.parent / "job.yaml"  # outside the project: not uploaded
+    job_file.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "torchrun.ai/v1alpha1",
+                "kind": "TorchrunJob",
+                "metadata": {"name": "from-file", "labels": {"team": "vision"}},
+                "spec": {
+                    "jobQueue": "not-this-one",
+                    "command": "python old.py",
+                    "numNodes": 1,
+                    "failurePolicy": {"maxRestarts": 5, "backoffLimitPerNode": 1},
+                    "ttlSecondsAfterFinished": 600,
+                    "overrides": {"env": [{"name": "A", "value": "1"}]},
+                },
+            }
+        )
+    )
+    base = ("submit", "-f", str(job_file), "--queue", q)
+    refused = plugin(*base, "--min-nodes", "3", "--max-nodes", "2", "python train.py")
+    line = one_line_error(refused)
+    assert line.startswith("error: the API server refused it: ") and "minNodes must be less than" in line
+    assert cluster.get("torchrunjobs", "-n", namespace)["items"] == []
+
+    expected_sha = dry_run_sha(plugin)
+    flags = (
+        "--max-restarts",
+        "2",
+        "--min-nodes",
+        "1",
+        "--max-nodes",
+        "3",
+        "--deadline",
+        "1h",
+        "--env",
+        "B=2",
+    )
+    proc = plugin(*base, *flags, "python train.py", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["epoch 1 loss 0.5"]
+    assert "created job from-file" in proc.stderr and "uploading 3 files" in proc.stderr
+    assert proc.stderr.strip().endswith("job from-file succeeded")
+
+    job = tj(cluster, namespace, "from-file")
+    spec = job["spec"]
+    assert job["metadata"]["labels"] == {"team": "vision"}
+    assert (spec["jobQueue"], spec["command"], spec["numNodes"]) == (q, "python train.py", 1)
+    assert (spec["failurePolicy"]["maxRestarts"], spec["failurePolicy"]["backoffLimitPerNode"]) == (2, 1)
+    assert spec["elastic"] == {"minNodes": 1, "maxNodes": 3}
+    assert (spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (3600, 600)
+    assert spec["overrides"]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert spec["workspace"]["source"] == "upload"
+    assert (job["status"]["workspaceGeneration"], job["status"]["workspaceSha256"]) == (0, expected_sha)
+    tree = workspace_volume(cluster, namespace, "from-file") / "generations" / "0"
+    extracted = {
+        str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() and p.name != ".sync_success"
+    }
+    assert extracted == PACKED
