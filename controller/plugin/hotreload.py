@@ -25,6 +25,7 @@ from controller.plugin.objects import JSON, get_job, get_pod, patch_job
 from controller.plugin.rollout import runs_generation
 from controller.plugin.watch import pod_ended, wait
 from controller.plugin.workspace import packed, send_generation, wanted_generation, workspace_source
+from controller.rest.errors import ApiError
 from controller.sync.protocol import sync_pod_name
 
 
@@ -43,9 +44,25 @@ def _upload_pending(kube: Kube, job: JSON) -> bool:
     return pod is not None and pod_ended(pod) is None
 
 
+CLAIM_ATTEMPTS = 5
+
+
 def next_generation(kube: Kube, job: JSON) -> int:
     """Claim the next generation: `spec.workspace.generation` + 1, conditional on the job not
-    having changed since it was read; the generation claimed."""
+    having changed since it was read; the generation claimed. A conflict (the controller wrote the
+    job's status meanwhile, or another sync claimed a generation) reads the job again and claims
+    the next one from there, up to `CLAIM_ATTEMPTS` tries in all (client-go's RetryOnConflict)."""
+    for _ in range(CLAIM_ATTEMPTS - 1):
+        try:
+            return _claim(kube, job)
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+        job = get_job(kube, job["metadata"]["name"])
+    return _claim(kube, job)
+
+
+def _claim(kube: Kube, job: JSON) -> int:
     generation = wanted_generation(job) + 1
     patch = {
         "metadata": {"resourceVersion": job["metadata"]["resourceVersion"]},

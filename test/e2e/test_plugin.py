@@ -24,6 +24,7 @@ from testbed import Cluster, wait_until
 
 from controller.plugin.archive import write_archive
 from controller.plugin.errors import PluginError
+from controller.plugin.hotreload import next_generation
 from controller.plugin.kube import Kube, load_target
 from controller.plugin.objects import get_pod
 from controller.plugin.pack import scan
@@ -472,7 +473,7 @@ def test_a_refused_upload_reports_the_sync_programs_reason_and_sync_retries_it(
 
 
 def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_pod(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, e2e_crds: Path, namespace: str
 ) -> None:
     """A pod named like the job's sync pod (`train-sync-0`) that someone else made — no controller
     owner reference to the TorchrunJob's UID — is refused before any exec, with one line."""
@@ -572,3 +573,30 @@ def test_submit_f_uploads_into_the_files_job_with_each_flags_field_replaced(
         str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() and p.name != ".sync_success"
     }
     assert extracted == PACKED
+
+
+def test_a_status_write_between_the_read_and_the_claim_does_not_fail_sync(
+    cluster: Cluster, e2e_crds: Path, namespace: str
+) -> None:
+    """The controller writes a job's status at any time; the plugin's claim of the next generation
+    (conditional on the job it read) reads it again on the conflict instead of failing the sync."""
+    job = {
+        "apiVersion": "torchrun.ai/v1alpha1",
+        "kind": "TorchrunJob",
+        "metadata": {"name": "train"},
+        "spec": {
+            "jobQueue": "none",
+            "numNodes": 1,
+            "command": "python train.py",
+            "workspace": {"source": "upload"},
+        },
+    }
+    cluster.apply(job, namespace)
+    kube = Kube(load_target(str(cluster.kubeconfig), None, namespace))
+    stale = tj(cluster, namespace, "train")
+    status = json.dumps({"status": {"phase": "Pending"}})
+    cluster.kubectl(
+        "patch", "tj", "train", "-n", namespace, "--subresource=status", "--type=merge", "-p", status
+    )
+    assert next_generation(kube, stale) == 1
+    assert tj(cluster, namespace, "train")["spec"]["workspace"]["generation"] == 1
