@@ -472,11 +472,8 @@ def test_a_refused_upload_reports_the_sync_programs_reason_and_sync_retries_it(
     assert (job["spec"]["workspace"]["generation"], job["status"]["workspaceSha256"]) == (1, good.sha256)
 
 
-def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_pod(
-    cluster: Cluster, e2e_crds: Path, namespace: str
-) -> None:
-    """A pod named like the job's sync pod (`train-sync-0`) that someone else made — no controller
-    owner reference to the TorchrunJob's UID — is refused before any exec, with one line."""
+def upload_job_without_a_controller(cluster: Cluster, namespace: str) -> None:
+    """TorchrunJob `train` (an upload workspace) with no controller running: nothing acts on it."""
     job = {
         "apiVersion": "torchrun.ai/v1alpha1",
         "kind": "TorchrunJob",
@@ -489,6 +486,14 @@ def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_po
         },
     }
     cluster.apply(job, namespace)
+
+
+def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_pod(
+    cluster: Cluster, e2e_crds: Path, namespace: str
+) -> None:
+    """A pod named like the job's sync pod (`train-sync-0`) that someone else made — no controller
+    owner reference to the TorchrunJob's UID — is refused before any exec, with one line."""
+    upload_job_without_a_controller(cluster, namespace)
     decoy = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -580,18 +585,7 @@ def test_a_status_write_between_the_read_and_the_claim_does_not_fail_sync(
 ) -> None:
     """The controller writes a job's status at any time; the plugin's claim of the next generation
     (conditional on the job it read) reads it again on the conflict instead of failing the sync."""
-    job = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": "train"},
-        "spec": {
-            "jobQueue": "none",
-            "numNodes": 1,
-            "command": "python train.py",
-            "workspace": {"source": "upload"},
-        },
-    }
-    cluster.apply(job, namespace)
+    upload_job_without_a_controller(cluster, namespace)
     kube = Kube(load_target(str(cluster.kubeconfig), None, namespace))
     stale = tj(cluster, namespace, "train")
     status = json.dumps({"status": {"phase": "Pending"}})

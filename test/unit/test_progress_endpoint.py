@@ -13,33 +13,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
+from progress_endpoints import standby_endpoint
 
-from controller.cache import Indexer, Lister
-from controller.progress.endpoint import ProgressEndpoint, report_counter
-from controller.progress.identity import TokenReviewer
-from controller.progress.store import ProgressStore
+from controller.progress.endpoint import ProgressEndpoint
 from controller.progress.tls import server_context
 
 
 @pytest.fixture
 def endpoint() -> Iterator[ProgressEndpoint]:
-    empty = Lister(Indexer())
-    server = ProgressEndpoint(
-        "127.0.0.1:0",
-        server_context(None),
-        reviewer=TokenReviewer(cast(Any, None)),  # never reached: this replica does not lead
-        store=ProgressStore(),
-        pods=empty,
-        worker_jobs=empty,
-        jobs=empty,
-        accepting=lambda: False,
-        enqueue=lambda key: None,
-        reports=report_counter(CollectorRegistry()),
-    ).start()
+    server = standby_endpoint(server_context(None))
     yield server
     server.shutdown()
 

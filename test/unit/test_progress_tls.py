@@ -10,33 +10,13 @@ import os
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 from cryptography import x509
-from prometheus_client import CollectorRegistry
+from progress_endpoints import standby_endpoint
 
-from controller.cache import Indexer, Lister
-from controller.progress.endpoint import ProgressEndpoint, report_counter
-from controller.progress.identity import TokenReviewer
-from controller.progress.store import ProgressStore
+from controller.progress.endpoint import ProgressEndpoint
 from controller.progress.tls import self_signed, server_context
-
-
-def start_endpoint(context: ssl.SSLContext) -> ProgressEndpoint:
-    empty = Lister(Indexer())
-    return ProgressEndpoint(
-        "127.0.0.1:0",
-        context,
-        reviewer=TokenReviewer(cast(Any, None)),  # never reached: this replica does not lead
-        store=ProgressStore(),
-        pods=empty,
-        worker_jobs=empty,
-        jobs=empty,
-        accepting=lambda: False,
-        enqueue=lambda key: None,
-        reports=report_counter(CollectorRegistry()),
-    ).start()
 
 
 def served(port: int) -> str:
@@ -66,7 +46,7 @@ def secret_volume(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def endpoint(secret_volume: Path) -> Iterator[ProgressEndpoint]:
-    server = start_endpoint(server_context(str(secret_volume)))
+    server = standby_endpoint(server_context(str(secret_volume)))
     yield server
     server.shutdown()
 
@@ -84,7 +64,7 @@ def test_a_secret_volume_updated_by_the_kubelet_is_served_to_the_next_connection
 
 def test_files_overwritten_in_place_are_served_once_both_halves_are_written(tmp_path: Path) -> None:
     pair(tmp_path, "first")
-    server = start_endpoint(server_context(str(tmp_path)))
+    server = standby_endpoint(server_context(str(tmp_path)))
     try:
         assert served(server.port) == "CN=first"
         cert, key = self_signed(subject="second")
