@@ -501,7 +501,11 @@ def test_the_plugin_never_uploads_into_a_pod_it_cannot_prove_is_the_jobs_sync_po
             "name": "train-sync-0",
             "labels": {"torchrun-job-name": "train", "torchrun.ai/role": "sync"},
         },
-        "spec": {"containers": [{"name": "sync", "image": "busybox"}], "nodeName": "nowhere"},
+        # never placed (no node has the label), so it goes at once with the namespace
+        "spec": {
+            "containers": [{"name": "sync", "image": "busybox"}],
+            "nodeSelector": {"torchrun.ai/none": "x"},
+        },
     }
     cluster.apply(decoy, namespace)
     kube = Kube(load_target(str(cluster.kubeconfig), None, namespace))

@@ -60,7 +60,11 @@ def children(pid: int) -> list[int]:
 
 
 def argv_of(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    """The process's argv; empty once it is gone (a child may exit between listing and reading)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def control_plane_pids(run_dir: Path) -> dict[str, int]:
