@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
-
 from controller.api import JOB_KIND
 from controller.api.distributed import MAX_NODES
 from controller.api.groupversion import GROUP
@@ -190,7 +188,7 @@ class TokenReviewer:
         if (refused := self.refused.get(key)) is not None:
             raise Refused(*refused)
         try:
-            self.screen.check(token)
+            expires = self.screen.check(token)
         except Unscreened as e:
             self.refused.add(key, 401, str(e))
             raise Refused(401, str(e)) from None
@@ -201,7 +199,8 @@ class TokenReviewer:
         finally:
             self.gate.leave()
         with self._lock:
-            self._cache[key] = (now + min(CACHE_SECONDS, _seconds_left(token)), identity)
+            left = max(0.0, expires - time.time())  # never cached past the token's own expiry
+            self._cache[key] = (now + min(CACHE_SECONDS, left), identity)
             self._cache.move_to_end(key)
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -223,12 +222,3 @@ class TokenReviewer:
             if refused.status == 401:  # the API server said no: the same token always will
                 self.refused.add(key, refused.status, refused.message)
             raise
-
-
-def _seconds_left(token: str) -> float:
-    """Seconds until the token's `exp` (already screened), or `CACHE_SECONDS` if it names none."""
-    try:
-        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
-    except jwt.InvalidTokenError:
-        return CACHE_SECONDS
-    return max(0.0, float(exp) - time.time()) if isinstance(exp, (int, float)) else CACHE_SECONDS

@@ -131,8 +131,9 @@ class Screen:
     def __init__(self, audience: str, jwks: Jwks | None) -> None:
         self.audience, self.jwks = audience, jwks
 
-    def check(self, token: str) -> None:
-        """Return when the token may be reviewed; raise `Unscreened` saying why it may not."""
+    def check(self, token: str) -> float:
+        """The token's `exp` (seconds since the epoch) when it may be reviewed; raise `Unscreened`
+        saying why it may not."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -142,8 +143,7 @@ class Screen:
             raise Unscreened(f"the token's algorithm {alg!r} is not one a service-account signer uses")
         keys = self.jwks.keys(kid if isinstance(kid, str) else None) if self.jwks is not None else None
         if keys is None:
-            self._verify(token, alg, None)
-            return
+            return self._verify(token, alg, None)
         candidates = (
             [keys[kid]] if isinstance(kid, str) and kid in keys else ([] if kid else list(keys.values()))
         )
@@ -152,22 +152,25 @@ class Screen:
         last: Exception | None = None
         for key in candidates:
             try:
-                self._verify(token, alg, key)
-                return
+                return self._verify(token, alg, key)
             except Unscreened as e:
                 last = e
         raise last or Unscreened("the token's signature does not verify")
 
-    def _verify(self, token: str, alg: str, key: Any) -> None:
+    def _verify(self, token: str, alg: str, key: Any) -> float:
+        """The token's `exp`, once its claims (and, with `key`, its signature) check out."""
         options: Any = {"require": ["exp", "aud"], "verify_exp": True, "verify_aud": True}
         try:
             if key is None:
                 options["verify_signature"] = False
-                jwt.decode(token, options=options, audience=self.audience, leeway=LEEWAY, algorithms=[alg])
+                claims = jwt.decode(
+                    token, options=options, audience=self.audience, leeway=LEEWAY, algorithms=[alg]
+                )
             else:
-                jwt.decode(
+                claims = jwt.decode(
                     token, key.key, algorithms=[alg], audience=self.audience, leeway=LEEWAY, options=options
                 )
+            return float(claims["exp"])
         except jwt.ExpiredSignatureError:
             raise Unscreened("the token has expired") from None
         except (jwt.InvalidAudienceError, jwt.MissingRequiredClaimError):

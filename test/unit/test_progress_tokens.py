@@ -66,7 +66,8 @@ def screen_of(keys: dict[str, Any], clock: Clock | None = None) -> tuple[Screen,
 
 def test_a_token_the_api_server_signed_for_our_audience_passes(keys: dict[str, Any]) -> None:
     screen, fetched = screen_of(keys)
-    screen.check(token(keys["server"], "k1"))
+    exp = int(time.time()) + 600
+    assert screen.check(token(keys["server"], "k1", exp=exp)) == exp  # what bounds the review's cache
     screen.check(token(keys["ec"], "k2", "ES256"))
     assert len(fetched) == 1  # the key set is read once, then cached
 
