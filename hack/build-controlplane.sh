@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local control plane from the Go module proxy (SPEC §10), once per pin.
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  <- k8s.io/kubernetes
+#   kube-proxy (the real node's Services)                               <- k8s.io/kubernetes, same pin
 #   etcd, etcdctl                                                       <- go.etcd.io/etcd
 #   kwok                                                                <- sigs.k8s.io/kwok
 # Binaries land in $TORCHRUN_CACHE_DIR (default ~/.cache/torchrun-controller/bin/<name>-<version>);
@@ -16,6 +17,16 @@ build_kube() {
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
   touch "$KUBE_BIN/.done"
+}
+
+# kube-proxy routes the real node's Services (hack/testbed/realnode.sh): the same wrapper module and
+# pin as the control plane, marked apart so a cache built before it was added builds just this one
+build_kube_proxy() {
+  [ -f "$KUBE_BIN/.kube-proxy-done" ] && return 0
+  log "building kube-proxy $KUBE_VERSION"
+  LDFLAGS="$(kube_ldflags)" wrapper_build kube k8s.io/kubernetes "$KUBE_VERSION" "v0.${KUBE_VERSION#v1.}" "$KUBE_BIN" \
+    k8s.io/kubernetes/cmd/kube-proxy
+  touch "$KUBE_BIN/.kube-proxy-done"
 }
 
 build_etcd() {
@@ -64,4 +75,5 @@ build_etcd
 build_kwok
 build_kwok_crds
 build_kube
+build_kube_proxy
 log "control plane binaries ready in $BIN_DIR ($(( $(date +%s) - start ))s)"

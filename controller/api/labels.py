@@ -12,6 +12,9 @@ JOB_LABEL: Final = "torchrun-job-name"  # every object made for a job
 ROLE_LABEL: Final = "torchrun.ai/role"  # sync, worker
 QUEUE_LABEL: Final = "torchrun.ai/queue"  # worker pods and KAI Queues: the TorchrunQueue
 PERSIST_LABEL: Final = "torchrun.ai/persist"  # "true" on persisted checkpoints: never deleted by us
+# "true" on the controller replica that leads (its own pod): the progress Service selects it, so
+# reports reach only the leader (controller/leaderelection/podlabel.py)
+LEADER_LABEL: Final = "torchrun.ai/leader"
 
 # on a worker Job and a managed etcd pod: the whole-job restart (attempt) it was made for
 RESTART_ANNOTATION: Final = "torchrun.ai/restart"

@@ -34,6 +34,7 @@ from controller.cache import OptionalInformers, SharedInformerFactory
 from controller.cmd.options import ControllerOptions, parse
 from controller.gc import GarbageCollector
 from controller.leaderelection import LeaderElectionConfig, LeaderElector
+from controller.leaderelection.podlabel import pod_label_from_env
 from controller.metrics.registry import ControllerMetrics
 from controller.metrics.server import MetricsServer
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -311,6 +312,23 @@ def _start_leader_election(
     identity = opts.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     # every request names this replica (audit logs tell replicas apart)
     app.client.user_agent = f"{app.client.user_agent}/{identity}"
+    # in a pod (the downward API's POD_NAME): the leader labels its pod, so the progress Service
+    # routes reports to it alone, and takes the label off the other replicas
+    label = pod_label_from_env(app.client, os.environ)
+
+    def started_leading() -> None:
+        if label is not None:
+            threading.Thread(
+                target=label.run, args=(stop, elector.may_write), name="leader-label", daemon=True
+            ).start()
+        _run_or_stop(app, stop, failed)
+
+    def stopped_leading() -> None:
+        if label is not None:
+            label.drop()  # best effort, unfenced: the next leader takes it off anyway
+        if not released.is_set():
+            _exit_lost_lease()
+
     elector = LeaderElector(
         # its own pool and rate limiter: a renewal never queues behind reconcile traffic
         RESTClient(
@@ -323,8 +341,8 @@ def _start_leader_election(
             lease_duration=opts.lease_duration,
             renew_deadline=opts.renew_deadline,
             retry_period=opts.retry_period,
-            on_started_leading=lambda: _run_or_stop(app, stop, failed),
-            on_stopped_leading=lambda: None if released.is_set() else _exit_lost_lease(),
+            on_started_leading=started_leading,
+            on_stopped_leading=stopped_leading,
         ),
         metrics,
     )

@@ -289,6 +289,13 @@ UNUSED_GRANTS: dict[tuple[str, str, str], str] = {
         "60 s overdue (no flag shortens that); test_gc.py forces such a pass in-process"
     ),
     **{
+        kind: (
+            "the leader labels its own pod and unlabels the other replicas only in a pod (POD_NAME from "
+            "the downward API), and this run is a process: test_leader_label.py proves those writes"
+        )
+        for kind in (("", "pods", "patch"), ("apps", "replicasets", "get"))
+    },
+    **{
         (group, resource, verb): _NOT_INSTALLED
         for group, resource, verbs in (
             ("scheduling.run.ai", "queues", ("list", "watch", "create", "patch", "delete")),

@@ -24,6 +24,7 @@ from jobspecs import job, queue
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.metrics import MetricWrapperBase
 
+from controller.api.labels import LEADER_LABEL
 from controller.cache import Indexer, Lister
 from controller.cmd.main import SHUTDOWN_TIMEOUT
 from controller.cmd.options import parse
@@ -292,7 +293,11 @@ def test_the_metrics_service_and_servicemonitor_select_each_other(deployment: di
 def test_the_progress_endpoint_is_served_and_its_url_names_its_service(deployment: dict[str, Any]) -> None:
     opts = parse(container(deployment)["args"])
     service = find("Service", "manager", name="torchrun-controller-progress")
-    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    # the leader alone: the pod's labels plus the one the leading replica puts on its own pod
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == {**pod_labels, LEADER_LABEL: "true"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container(deployment)["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
     (port,) = service["spec"]["ports"]
     assert int(opts.progress_bind_address.rpartition(":")[2]) == ports[port["targetPort"]] == port["port"]
