@@ -180,11 +180,16 @@ start_apiserver() {
 }
 
 start_controller_manager() {
+  # resourcequota-controller: a namespace's ResourceQuota is enforced as in a real cluster (a quota
+  # without it refuses every pod: "status unknown for quota"); test_workers_not_starting.py meets one
+  local controllers="job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller,resourcequota-controller"
+  # with the real node, Deployments run (the controller's own Deployment, as shipped, on the node)
+  if realnode_mode; then controllers+=",deployment-controller,replicaset-controller"; fi
   launch kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
     --kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$RUN_DIR/controller-manager.kubeconfig" \
-    --controllers "job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,pod-garbage-collector-controller,ttl-after-finished-controller,endpointslice-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller" \
+    --controllers "$controllers" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" --use-service-account-credentials \
     --kube-api-qps "$KCM_QPS" --kube-api-burst "$KCM_BURST" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 -v=1

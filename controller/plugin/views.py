@@ -11,10 +11,11 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
+from controller.api import JobPhase
 from controller.plugin.logs import rank_of
 from controller.plugin.objects import JSON, event_time
 from controller.plugin.progressbar import progress_line
-from controller.plugin.watch import phase
+from controller.plugin.watch import held_up, phase
 
 LIST_COLUMNS = ("NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE")
 EVENTS_SHOWN = 10
@@ -110,6 +111,14 @@ def _checkpoint_lines(job: JSON) -> list[str]:
     return [f"Checkpoint: {latest}; {attempt}"]
 
 
+def waiting_line(job: JSON) -> str | None:
+    """What a job that has not started yet waits for (`held_up`: the condition that is not True,
+    its reason and words — the scheduler's, the kubelet's, Kueue's, the namespace's), else None."""
+    if phase(job) not in (JobPhase.PENDING.value, JobPhase.SYNCING.value):
+        return None
+    return held_up(job)
+
+
 def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: datetime.datetime) -> str:
     """The `status` page: phase, workspace generation, checkpoints, conditions, pods per node,
     recent Events."""
@@ -122,6 +131,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
         f"Command:    {spec.get('command', '')}",
         f"Size:       {nodes} nodes, {gpus} GPUs",
         f"Phase:      {phase(job)}    (restarts {(job.get('status') or {}).get('restarts', 0)})",
+        *([f"Waiting:    {line}"] if (line := waiting_line(job)) else []),
         f"Workspace:  {_workspace_line(job)}",
         *_checkpoint_lines(job),
         *([f"Progress:   {line}"] if (line := progress_line(job, now)) else []),

@@ -6,8 +6,9 @@ sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid → to
 `lifecycle.deadline`, the `workspace` (PVCs, the code generation synced: `workspace.py`), the
 headless `service`, the managed `etcd` of etcd-v2 rendezvous (`managed_etcd.py`), the `gang`
 (`podgroups.py`), and the `workers` of the current attempt (`workers.py`), whose state becomes
-conditions — suspended, running (hot reload rolls workers made before the generation in use;
-`progress.py`: status.progress, Progressing, a stall), or ended (`lifecycle.attempt_ended`).
+conditions — suspended, running or why not (`starting.py`; hot reload rolls workers made
+before the generation in use; `progress.py`: status.progress, Progressing, a stall), or ended
+(`lifecycle.attempt_ended`).
 No step writes the status: it is computed from what the steps returned and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events) — but a write that would
@@ -39,7 +40,7 @@ from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import EventRecorder
 from controller.runtime.status import update_status
-from controller.torchrunjob import lifecycle
+from controller.torchrunjob import lifecycle, starting
 from controller.torchrunjob import status as st
 from controller.torchrunjob import workspace as ws
 from controller.torchrunjob.actions import Actions
@@ -55,6 +56,7 @@ from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.progress import ProgressSettings, ProgressStep
 from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.reporter import StatusReporter
+from controller.torchrunjob.start_evidence import StartEvidence
 from controller.torchrunjob.steps import Proceed, Step
 from controller.torchrunjob.updater import JobTracker, JobUpdater, QueueParses
 from controller.torchrunjob.workers import Attempt, Workers, WorkerSettings
@@ -105,6 +107,7 @@ class TorchrunJobReconciler:
         workers = WorkerSettings(opts.sync_image, opts.cluster_domain, opts.progress.reporter)
         self.workers = Workers(client, self.children, pods, workers)
         self.pod_groups = pod_groups
+        self.start_evidence = StartEvidence(client, pod_groups)
         self.actions = Actions(client, self.children, self.etcd, self.workspace)
         self.reporter = StatusReporter(client, recorder)
         self.progress = ProgressStep(opts.progress, pods)
@@ -243,8 +246,11 @@ class TorchrunJobReconciler:
         evicted = self.workspace.roll(job, attempt.job, p.status)  # hot reload
         if evicted:
             self.reporter.reloaded(self.jobs.get(job.name, job.namespace) or {}, p.status, evicted)
-        ready = p.status.workers.ready
-        blocked = None if ready >= topo.nodes else st.unschedulable(attempt.pods)
+        ready, blocked = p.status.workers.ready, None
+        if ready < topo.nodes:
+            evidence, look_again = self.start_evidence.gather(job, attempt, updater, p.now)
+            blocked = starting.blocked(evidence)
+            p.timer(look_again)
         running = lifecycle.running(ready, topo.nodes, blocked)
         p.record(running)
         if (

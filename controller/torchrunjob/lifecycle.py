@@ -32,6 +32,7 @@ from typing import Any
 from controller.api import JobConditionType as C
 from controller.api import TorchrunJob, TorchrunJobStatus
 from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.starting import Blocked
 from controller.torchrunjob.status import Outcome
 from controller.torchrunjob.steps import Observed
 
@@ -205,14 +206,15 @@ def suspension(suspend: bool, was_suspended: bool) -> tuple[Observed, ...]:
     return ()
 
 
-def running(ready: int, nodes: int, blocked: str | None) -> Observed:
-    """The Running condition of a live attempt: every node's worker ready, or why not yet."""
+def running(ready: int, nodes: int, blocked: Blocked | None) -> Observed:
+    """The Running condition of a live attempt: every node's worker ready, or why not yet —
+    `blocked`'s reason and words (`starting.py`) when something holds a worker back."""
     if ready >= nodes:
         return Observed(
             C.RUNNING, True, Reason.ALL_WORKERS_RUNNING, f"{ready}/{nodes} worker pods are running"
         )
-    if blocked:
-        return Observed(C.RUNNING, False, Reason.UNSCHEDULABLE, blocked)
+    if blocked is not None:
+        return Observed(C.RUNNING, False, blocked.reason, blocked.message)
     return Observed(C.RUNNING, False, Reason.WORKERS_STARTING, f"{ready}/{nodes} worker pods are running")
 
 

@@ -64,6 +64,7 @@ from controller.torchrunjob.manifests.podgroup import (
     workload_active_patch,
 )
 from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.starting import kueue_hold
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("podgroups")
@@ -147,6 +148,16 @@ class PodGroups:
             name = workload["metadata"]["name"]
             self.client.patch(KUEUE_WORKLOADS, name, patch, job.namespace)
             log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
+
+    def kueue_hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
+        """Why Kueue holds the worker Job back, while it does: a Kueue queue's Job suspended
+        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits)."""
+        if queue.spec.scheduling.scheduler != Scheduler.KUEUE or job.spec.suspend:
+            return None
+        if not (worker.get("spec") or {}).get("suspend"):
+            return None
+        said = kueue_hold(self._workloads_of(job, worker["metadata"]["uid"]))
+        return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
 
     def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Obj]:
         cache = self.informers.lister(KUEUE_WORKLOADS)

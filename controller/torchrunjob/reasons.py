@@ -55,6 +55,13 @@ class Reason(str, Enum):
     ALL_WORKERS_RUNNING = "AllWorkersRunning", Severity.NORMAL
     WORKERS_STARTING = "WorkersStarting", Severity.QUIET
     UNSCHEDULABLE = "Unschedulable", Severity.WARNING
+    # why workers do not start, in starting.py's precedence after Unschedulable's place
+    WAITING_FOR_KUEUE = "WaitingForKueue", Severity.QUIET  # quota: routine, the condition says it
+    POD_CREATE_FAILED = "PodCreateFailed", Severity.WARNING
+    VOLUME_MOUNT_FAILED = "VolumeMountFailed", Severity.WARNING
+    IMAGE_PULL_FAILED = "ImagePullFailed", Severity.WARNING
+    CONTAINER_CONFIG_ERROR = "ContainerConfigError", Severity.WARNING
+    CONTAINER_CRASH_LOOPING = "ContainerCrashLooping", Severity.WARNING
     RESTARTING = "Restarting", Severity.WARNING
     WAITING_FOR_ETCD = "WaitingForEtcd", Severity.NORMAL
     ETCD_FAILING = "EtcdFailing", Severity.WARNING

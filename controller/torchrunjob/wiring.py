@@ -126,7 +126,10 @@ def new_controller(
         factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(owned_handler)
     for resource in POD_GROUP_RESOURCES.values():
         informers.add_event_handler(resource, owned_handler, label_selector=JOB_LABEL)
-    informers.add_event_handler(KUEUE_WORKLOADS, FuncHandler(add=lambda o, _: handlers.owned(o)))
+    # a Workload's appearance, and its status (Kueue's words for why it waits: starting.py)
+    informers.add_event_handler(
+        KUEUE_WORKLOADS, FuncHandler(add=lambda o, _: handlers.owned(o), update=handlers.owned_updated)
+    )
     return controller
 
 

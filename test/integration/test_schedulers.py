@@ -1167,7 +1167,7 @@ class TestRealKueue:
     ) -> None:
         """A ClusterQueue with the GPUs of one 2-node job (16): the first job is admitted and runs;
         the second is held — its Job suspended, no pod, its Workload `QuotaReserved=False Pending`
-        naming the GPUs it lacks — for as long as the first holds the quota (sampled, not assumed);
+        naming the GPUs it lacks, quoted by `Running=False WaitingForKueue` — for as long as the first holds the quota (sampled, not assumed);
         the first job deleted, Kueue admits the second into the freed quota and it runs."""
         cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
         queue = make_queue(
@@ -1196,15 +1196,16 @@ class TestRealKueue:
         workload = wait_until(held, 60, 0.5, message="Kueue holds the second job")
         why = (condition(workload, "QuotaReserved") or {})["message"]
         assert f"insufficient unused quota for nvidia.com/gpu in flavor {real_kueue.flavor}" in why, why
+        job_condition(cluster, namespace, "Running", "WaitingForKueue", name="second")
         # it stays held while the first runs: every sample, up to the moment the first is deleted
         for _ in range(6):
             assert held() is not None, workload_of(cluster, namespace, "second")
             tj = cluster.get("torchrunjob", "second", "-n", namespace)
-            # the TorchrunJob only says it is not running (Running=False WorkersStarting, 0/2): the
-            # why is Kueue's, on the Workload (and in its `Pending` Event), not on the TorchrunJob
+            # the TorchrunJob says why, in Kueue's words from the Workload (starting.py)
             assert tj["status"]["phase"] == "Pending" and tj["status"]["workers"]["ready"] == 0
-            assert (condition(tj, "Running") or {}).get("status") == "False"
-            assert (condition(tj, "Running") or {}).get("reason") != "Unschedulable"
+            running = condition(tj, "Running") or {}
+            assert (running.get("status"), running.get("reason")) == ("False", "WaitingForKueue"), running
+            assert "insufficient unused quota for nvidia.com/gpu" in running.get("message", ""), running
             first = condition(cluster.get("torchrunjob", "first", "-n", namespace), "Running") or {}
             assert first.get("reason") == "AllWorkersRunning", first
             time.sleep(0.5)

@@ -11,6 +11,7 @@ from controller.api import JobConditionType as C
 from controller.torchrunjob import lifecycle
 from controller.torchrunjob.lifecycle import Action
 from controller.torchrunjob.reasons import Reason
+from controller.torchrunjob.starting import Blocked
 from controller.torchrunjob.status import Outcome
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=timezone.utc)
@@ -217,11 +218,13 @@ def test_suspension(suspend: bool, was: bool, expected: list[tuple[str, bool, st
         (2, 2, None, Reason.ALL_WORKERS_RUNNING),
         (3, 2, None, Reason.ALL_WORKERS_RUNNING),  # an elastic shrink in flight
         (1, 2, None, Reason.WORKERS_STARTING),
-        (1, 2, "pod j-1: 0/4 nodes are available", Reason.UNSCHEDULABLE),
+        (1, 2, Blocked(Reason.UNSCHEDULABLE, "pod j-1: 0/4 nodes are available"), Reason.UNSCHEDULABLE),
+        (0, 2, Blocked(Reason.IMAGE_PULL_FAILED, "pod j-0: ErrImagePull"), Reason.IMAGE_PULL_FAILED),
+        (2, 2, Blocked(Reason.IMAGE_PULL_FAILED, "stale words"), Reason.ALL_WORKERS_RUNNING),
     ],
 )
-def test_running(ready: int, nodes: int, blocked: str | None, reason: Reason) -> None:
+def test_running(ready: int, nodes: int, blocked: Blocked | None, reason: Reason) -> None:
     c = lifecycle.running(ready, nodes, blocked)
     assert (c.type, c.status, c.reason) == (C.RUNNING, ready >= nodes, reason)
-    if blocked:
-        assert c.message == blocked
+    if blocked and ready < nodes:
+        assert c.message == blocked.message

@@ -547,3 +547,23 @@ def test_following_reattaches_to_replaced_pods_prints_each_line_once_and_stops_a
     assert sorted(out) == sorted(
         f"[rank {r}] train-{r}-{g} step {s}" for r in (0, 1) for g in ("a", "b") for s in (1, 2)
     )
+
+
+def test_status_says_first_what_holds_a_pending_job_back() -> None:
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "queue q"}
+    synced = {"type": "WorkspaceReady", "status": "True", "reason": "Synced", "message": "generation 1"}
+    config = {
+        "type": "Running",
+        "status": "False",
+        "reason": "ContainerConfigError",
+        "message": "pod train-0: container torchrun: CreateContainerConfigError: image will run as root",
+    }
+    lines = status_text(job("Pending", [admitted, synced, config]), [], [], NOW).splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("Phase:"))) + 1] == (
+        "Waiting:    Running=False ContainerConfigError: pod train-0: container torchrun: "
+        "CreateContainerConfigError: image will run as root"
+    )
+    done = {"type": "Running", "status": "False", "reason": "Completed", "message": "done"}
+    assert "Waiting:" not in status_text(job("Succeeded", [admitted, synced, done]), [], [], NOW)
+    running = {"type": "Running", "status": "True", "reason": "AllWorkersRunning", "message": "2/2"}
+    assert "Waiting:" not in status_text(job("Running", [admitted, synced, running]), [], [], NOW)
