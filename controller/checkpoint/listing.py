@@ -1,8 +1,9 @@
 """What `kubectl torchrun checkpoints NAME` shows: every entry of a job's root with its step, time,
 size and completeness (docs/checkpoints.md).
 
-`listing(root)` scans like `discovery.scan` (directly under the root, never following a link) and
-adds each entry's size: the bytes of the regular files below it, counted without following links.
+`listing(root)` scans like `discovery.scan` (directly under the root, never following a link but
+Lightning's `last.ckpt`) and adds each entry's size: a file's own, or the bytes of the regular
+files below a directory, counted without following links.
 Entries come newest first: the complete ones in `discovery.by_age` order, then the incomplete ones
 by step, else time. `to_json`/`from_json` carry it from the pod that reads the volume to the plugin;
 `from_json` never raises (anything unreadable is an empty list).
@@ -30,7 +31,12 @@ class Listed:
     bytes: int
 
 
-def _size(path: Path) -> int:
+def _size(path: Path, file: bool) -> int:
+    if file:  # a checkpoint file, or Lightning's link to one beside it (discovery checked that)
+        try:
+            return os.stat(path).st_size
+        except OSError:
+            return 0
     total = 0
     for directory, _, files in os.walk(path):  # os.walk does not descend into linked directories
         for name in files:
@@ -52,7 +58,7 @@ def listing(root: Path) -> list[Listed]:
     entries = scan(root)
     incomplete = sorted((e for e in entries if not e.complete), key=_incomplete_order, reverse=True)
     return [
-        Listed(e.name, e.step, e.time, e.complete, e.kind, _size(e.path))
+        Listed(e.name, e.step, e.time, e.complete, e.kind, _size(e.path, e.file))
         for e in by_age(entries) + incomplete
     ]
 

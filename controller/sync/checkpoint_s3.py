@@ -2,7 +2,8 @@
 `prepare` with the s3 source's client (`sources/s3.make_client`: the `AWS_*` variables of the
 mirror's Secret).
 
-A checkpoint `<name>` of the volume is mirrored as the objects `<prefix><name>/<relative path>`
+A checkpoint directory `<name>` of the volume (checkpoint files such as Lightning's `*.ckpt` are
+not mirrored) is mirrored as the objects `<prefix><name>/<relative path>`
 of its regular files (links and special files are skipped), then `<prefix><name>/.torchrun-mirrored`,
 written last: only a copy with that object counts. Copies are ordered like checkpoints on the
 volume (`controller.checkpoint.discovery.by_age`: by the step in the name, else by the time of
@@ -144,6 +145,8 @@ def mirror(
         with store_errors(prefix, env):
             copies = _copies(client, prefix)
             for entry in by_age(scan(root)):
+                if entry.file:
+                    continue  # the mirror copies directories; checkpoint files are not mirrored yet
                 if copies.get(entry.name, (None, []))[0] is None:
                     _upload(client, prefix, entry)
                     uploaded += 1

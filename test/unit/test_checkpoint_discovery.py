@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,17 @@ TOOLS_HELPER = Path(__file__).resolve().parents[2] / "controller" / "tools" / "p
         ("checkpoint-", None),
         ("step-1200.tmp", None),
         ("step-5\n", None),
+        ("ckpt_1000", 1000),
+        ("iter_0001000", 1000),
+        ("checkpoint_3", 3),
+        ("iteration-12", 12),
+        ("epoch=0-step=10-v1", 10),
+        ("megatron_gpt--val_loss=2.52-step=1000-consumed_samples=8000.0", 1000),
+        ("megatron_gpt--val_loss=2.52-step=1000-consumed_samples=8000.0-last", 1000),
+        ("step=100-val_loss=0.52", 100),
+        ("step-5-final", None),
+        ("resnet_50", None),
+        ("model_v2", None),
         ("checkpoint-5\n", None),
         ("step-" + "9" * 19, None),
     ],
@@ -362,35 +372,5 @@ def test_the_helper_marks_what_discovery_counts(tmp_path: Path, monkeypatch: pyt
     assert chosen is not None and (chosen.name, chosen.step, chosen.kind) == ("step-12", 12, "marker")
 
 
-FRAMEWORKS = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
-)  # hack/fixtures/make_checkpoints.py
-
-
-def test_retention_on_checkpoints_the_real_frameworks_wrote(tmp_path: Path) -> None:
-    """DCP's step-10/step-20 and a DCP `pretrained/` (torch.distributed.checkpoint.save), the HF
-    Trainer's checkpoint-10/20, Lightning's `*.ckpt` files, all written by the frameworks
-    (versions in the fixtures' versions.json), in one root with keep 2 (the two step-20 saves): only
-    the older stepped saves go; `pretrained/` and every Lightning file stay."""
-    root = tmp_path / "root"
-    root.mkdir()
-    for kind, names in {
-        "dcp": ["step-10", "step-20", "pretrained"],
-        "hf": ["checkpoint-10", "checkpoint-20"],
-    }.items():
-        for name in names:
-            shutil.copytree(FRAMEWORKS / kind / name, root / name)
-    for ckpt in (FRAMEWORKS / "lightning").iterdir():
-        shutil.copy(ckpt, root / ckpt.name)
-    entries = scan(root)
-    assert {e.name: e.kind for e in entries if e.complete} == {
-        "step-10": "dcp", "step-20": "dcp", "pretrained": "dcp", "checkpoint-10": "hf", "checkpoint-20": "hf"
-    }  # fmt: skip
-    protected, unread = kept_by_frameworks(entries)
-    assert (protected, unread) == (frozenset(), [])  # this Trainer ran without evaluation: no best
-    plan = prune_plan(entries, 2, protected)
-    assert sorted(e.name for e in plan.remove) == ["checkpoint-10", "step-10"] and plan.kept == []
-    prune(plan.remove)
-    assert sorted(p.name for p in root.iterdir()) == [
-        "checkpoint-20", "epoch=0-step=10.ckpt", "epoch=0-step=20.ckpt", "last.ckpt", "pretrained", "step-20"
-    ]  # fmt: skip
+# Checkpoints the real frameworks wrote, whole and cut as a killed save leaves them:
+# test_checkpoint_frameworks.py.
