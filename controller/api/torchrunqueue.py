@@ -60,9 +60,20 @@ class QueueConditionType:
     KAI_QUEUE_READY = "KaiQueueReady"
 
 
+# What the controller's own containers beside the training container request in every worker pod
+# (the progress reporter sidecar asks for exactly this: torchrunjob/manifests/progress.py). The
+# queue's nodeResources is what the whole pod asks for, so this comes out of the training
+# container's share (torchrunjob/manifests/podresources.py), and a queue that leaves it nothing
+# is refused (controller.api.validation).
+RESERVED_PER_WORKER_POD: Mapping[str, str] = {"cpu": "10m", "memory": "48Mi"}
+
+
 @dataclass(frozen=True)
 class NodeResources:
-    """The shape of one node of a job: each node is one pod that requests exactly this."""
+    """The shape of one node of a job: each node is one pod that asks for exactly this in all, so a
+    queue sized to a node's allocatable fills the node. The controller's containers in the pod
+    (`RESERVED_PER_WORKER_POD`) come out of the training container's CPUs and memory; GPUs are
+    all the training container's."""
 
     gpus: int = field(
         metadata=api(
@@ -71,10 +82,19 @@ class NodeResources:
         )
     )
     cpus: Quantity | None = field(
-        default=None, metadata=api("CPUs per node (request and limit), e.g. 96 or 500m.")
+        default=None,
+        metadata=api(
+            "CPUs per node: what each worker pod asks for in all, e.g. 96 (a node's allocatable) or "
+            "500m; the training container requests and is limited to this less 10m for the "
+            "controller's sidecar."
+        ),
     )
     memory: Quantity | None = field(
-        default=None, metadata=api("Memory per node (request and limit), e.g. 512Gi.")
+        default=None,
+        metadata=api(
+            "Memory per node: what each worker pod asks for in all, e.g. 512Gi; the training "
+            "container requests and is limited to this less 48Mi for the controller's sidecar."
+        ),
     )
     gpu_type: str | None = field(
         default=None,

@@ -7,8 +7,10 @@ the controllers turn errors into a condition (reason `InvalidSpec` or similar) a
 until the object changes.
 
 Checked here:
-  * queue: /dev/shm (shmSizePerGPU × GPUs per node) must fit in the node's memory; enabled
-    volumes need a non-zero size per GPU.
+  * queue: nodeResources is what a whole worker pod asks for, so its CPUs and memory must leave
+    the training container something beside the controller's own containers
+    (`RESERVED_PER_WORKER_POD`); /dev/shm (shmSizePerGPU × GPUs per node) must fit in the node's
+    memory; enabled volumes need a non-zero size per GPU.
   * job alone: `command` must split like a shell command (balanced quotes) into something.
   * job against its queue: `numGPUs` resolves to whole nodes (see `topology`); each override is
     listed in the queue's `allowOverrides`; every source but `none` needs the queue's workspace
@@ -25,7 +27,7 @@ from controller.api.quantity import Quantity
 from controller.api.storage import CheckpointStorage, WorkspaceStorage
 from controller.api.topology import JobTopology, resolve_topology
 from controller.api.torchrunjob import TorchrunJob, TorchrunJobSpec
-from controller.api.torchrunqueue import Scheduler, TorchrunQueue, TorchrunQueueSpec
+from controller.api.torchrunqueue import RESERVED_PER_WORKER_POD, Scheduler, TorchrunQueue, TorchrunQueueSpec
 from controller.api.workspace import WorkspaceSource
 
 __all__ = ["FieldError", "InvalidObjectError", "validate_job", "validate_job_spec", "validate_queue"]
@@ -41,7 +43,7 @@ _NEEDS_WORKSPACE_VOLUME = (
 def validate_queue(queue: TorchrunQueue) -> list[FieldError]:
     """Problems with a queue on its own."""
     spec = queue.spec
-    return [*_check_shm(spec), *_check_volume_sizes(spec)]
+    return [*_check_worker_room(spec), *_check_shm(spec), *_check_volume_sizes(spec)]
 
 
 def validate_job_spec(spec: TorchrunJobSpec) -> list[FieldError]:
@@ -66,6 +68,23 @@ def validate_job(job: TorchrunJob, queue: TorchrunQueue) -> list[FieldError]:
         errors.extend(_check_gpu_limit(job.spec, topology, queue))
     errors.extend(_check_overrides(job.spec, queue))
     errors.extend(_check_workspace_volume(job.spec, queue))
+    return errors
+
+
+def _check_worker_room(spec: TorchrunQueueSpec) -> list[FieldError]:
+    node = spec.node_resources
+    errors = []
+    for resource, name, amount in (("cpu", "cpus", node.cpus), ("memory", "memory", node.memory)):
+        reserved = Quantity.parse(RESERVED_PER_WORKER_POD[resource])
+        if amount is not None and amount <= reserved:
+            errors.append(
+                FieldError(
+                    f"spec.nodeResources.{name}",
+                    f"{amount} is what each worker pod asks for in all, and the controller's progress "
+                    f"reporter sidecar in it requests {reserved}: nothing is left for the training "
+                    f"container (give more than {reserved})",
+                )
+            )
     return errors
 
 

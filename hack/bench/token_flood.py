@@ -179,7 +179,7 @@ def _bed(kubeconfig: Path, log: Path) -> Iterator[tuple[str, Any, str]]:
         "kind": "TorchrunQueue",
         "metadata": {"name": "flood"},
         "spec": {
-            "nodeResources": {"gpus": 0, "cpus": "10m"},
+            "nodeResources": {"gpus": 0, "cpus": "20m"},
             "image": "pytorch/pytorch:2.4.0",
             "podAnnotations": {"kwok.torchrun.ai/outcome": "run", "kwok.torchrun.ai/duration": "1h"},
         },

@@ -73,7 +73,7 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     queue = f"q-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(ns)
     cluster.apply(
-        queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}, debug={"stackDumps": True})
+        queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "20m"}, debug={"stackDumps": True})
     )
     logs = tmp_path_factory.mktemp("progress")
     with contextlib.ExitStack() as stack:
@@ -505,7 +505,7 @@ def test_stack_answers_in_one_line_when_it_cannot_dump(cluster: Cluster, bed: Be
     ns = bed.namespace
     locked = f"q-{uuid.uuid4().hex[:6]}"
     cluster.apply(
-        queue_manifest(locked, "run", nodeResources={"gpus": 0, "cpus": "10m"})  # off by default
+        queue_manifest(locked, "run", nodeResources={"gpus": 0, "cpus": "20m"})  # off by default
     )
     try:
         make_job(cluster, ns, locked, "locked", numNodes=1)

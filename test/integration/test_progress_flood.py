@@ -39,7 +39,7 @@ def test_bogus_tokens_cost_no_token_review_and_a_normal_job_still_starts_in_time
     cluster: Cluster, namespace: str, endpoint: str
 ) -> None:
     queue = f"q-{uuid.uuid4().hex[:6]}"
-    cluster.apply(queue_manifest(queue, "run", duration="1h", nodeResources={"gpus": 0, "cpus": "10m"}))
+    cluster.apply(queue_manifest(queue, "run", duration="1h", nodeResources={"gpus": 0, "cpus": "20m"}))
     create, phase = flood.job_verbs(RESTClient(load_config(str(cluster.kubeconfig))), namespace, queue)
 
     try:

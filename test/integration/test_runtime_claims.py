@@ -212,7 +212,7 @@ def test_kube_api_qps_and_burst_bound_the_request_rate(
     of the work, sees rates the low limit forbids: the bound is the limit's, not the workload's."""
     qps, burst, window = 5.0, 5, 6.0
     queue = f"q-{uuid.uuid4().hex[:6]}"
-    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "10m"}))
+    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "20m"}))
     names = [f"burst-{i:02d}" for i in range(40)]
 
     slow = start_controller("--kube-api-qps", str(qps), "--kube-api-burst", str(burst))

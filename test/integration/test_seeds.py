@@ -341,7 +341,8 @@ def test_a_cpu_only_queue_runs_cpu_workers(
         (container,) = cluster.get("job", "cpu", "-n", namespace)["spec"]["template"]["spec"]["containers"]
         assert "--nproc_per_node=4" in container["args"]
         assert {e["name"]: e.get("value") for e in container["env"]}["WORLD_SIZE"] == "8"
-        assert container["resources"]["limits"] == {"cpu": "4", "memory": "16Gi"}
+        # the pod asks for nodeResources in all, the reporter sidecar's 10m and 48Mi included
+        assert container["resources"]["limits"] == {"cpu": "3990m", "memory": "16336Mi"}
         for pod in cluster.get("pods", "-n", namespace, "-l", "torchrun-job-name=cpu")["items"]:
             assert "nvidia.com/gpu" not in pod["spec"]["containers"][0]["resources"]["requests"]
         wait_until(

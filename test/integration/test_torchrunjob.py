@@ -98,7 +98,9 @@ def test_two_node_job_runs_to_success(
         and env["MASTER_ADDR"] == f"train-0.train.{namespace}.svc.cluster.local"
         and env["PET_NNODES"] == "2"
     )
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "90", "memory": "900Gi"}
+    # the pod asks for nodeResources in all: the reporter sidecar's 10m and 48Mi come out of it
+    share = {"nvidia.com/gpu": "8", "cpu": "89990m", "memory": "921552Mi"}
+    assert c["resources"] == {"requests": share, "limits": share}
     assert {v["name"]: v for v in pod["volumes"]}["dshm"]["emptyDir"]["medium"] == "Memory"
     assert job["metadata"]["labels"]["torchrun.ai/role"] == "worker"
     assert any(m["manager"] == "torchrun-controller" for m in job["metadata"]["managedFields"])

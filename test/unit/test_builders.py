@@ -42,7 +42,9 @@ def test_worker_job_shape() -> None:
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
     c = pod["containers"][0]
-    assert c["resources"]["requests"] == {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}
+    # the pod asks for nodeResources in all: the reporter sidecar's 10m and 48Mi come out of it
+    share = {"nvidia.com/gpu": "8", "cpu": "95990m", "memory": "1048528Mi"}
+    assert c["resources"] == {"requests": share, "limits": share}
     assert c["securityContext"]["runAsNonRoot"] is True
     env = env_of(m)
     assert env["WORLD_SIZE"] == "16" and env["PET_NPROC_PER_NODE"] == "8"

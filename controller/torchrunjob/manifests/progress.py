@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import TorchrunJob, TorchrunQueue
+from controller.api.torchrunqueue import RESERVED_PER_WORKER_POD
 
 REPORTER_CONTAINER = "progress-reporter"
 PROGRESS_VOLUME = "torchrun-progress"
@@ -97,7 +98,8 @@ def reporter_container(
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
         ],
         "resources": {
-            "requests": {"cpu": "10m", "memory": "48Mi"},
+            # all the controller reserves of a worker pod's nodeResources (podresources.py)
+            "requests": dict(RESERVED_PER_WORKER_POD),
             "limits": {"cpu": "500m", "memory": "256Mi"},
         },
         "securityContext": security,

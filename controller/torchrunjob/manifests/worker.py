@@ -10,7 +10,9 @@ from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), th
 checkpoints' environment, resume choice and grace period (`checkpoint.worker_checkpoint`), the
 size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
 restart it belongs to and the workspace generation in use (annotations), whether it starts
-suspended, and the progress reporter sidecar (`progress.with_reporter`). Every container runs
+suspended, and the progress reporter sidecar (`progress.with_reporter`). The pod asks for the
+queue's `nodeResources` in all (`worker_requests`): what the controller's own containers request
+comes out of the training container's share (`podresources.share_node`). Every container runs
 with no privilege escalation and no capability, the pod with the RuntimeDefault seccomp profile,
 under what the queue's `securityContext` says (`common.training_security_context`).
 
@@ -33,6 +35,7 @@ from controller.api import (
     TorchrunQueue,
     to_json,
 )
+from controller.api.quantity import Quantity
 from controller.torchrunjob.manifests.checkpoint import WorkerCheckpoint, worker_checkpoint
 from controller.torchrunjob.manifests.common import (
     COMPLETION_INDEX_ANNOTATION,
@@ -47,6 +50,7 @@ from controller.torchrunjob.manifests.common import (
     working_dir_of,
 )
 from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
+from controller.torchrunjob.manifests.podresources import share_node
 from controller.torchrunjob.manifests.progress import ReporterSettings, with_reporter
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN, node0_host, rendezvous
 from controller.torchrunjob.manifests.scheduling import SchedulerFields, scheduler_fields
@@ -96,7 +100,8 @@ def _env(
 
 
 def worker_requests(queue: TorchrunQueue, topo: JobTopology) -> dict[str, str]:
-    """What one worker pod requests (and is limited to): the queue's node shape."""
+    """What one worker pod asks for in all: the queue's node shape (the training container gets it
+    less what the controller's containers beside it request: `podresources.share_node`)."""
     nr = queue.spec.node_resources
     amounts: dict[str, str] = {}
     if topo.gpus_per_node:
@@ -106,11 +111,6 @@ def worker_requests(queue: TorchrunQueue, topo: JobTopology) -> dict[str, str]:
     if nr.memory is not None:
         amounts["memory"] = str(nr.memory)
     return amounts
-
-
-def _resources(queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
-    amounts = worker_requests(queue, topo)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def _pod_failure_policy(job: TorchrunJob) -> dict[str, Any]:
@@ -153,7 +153,8 @@ def _container(
     tools: WorkerTools,
     checkpoint: WorkerCheckpoint,
 ) -> dict[str, Any]:
-    """The torchrun container, launched through `/opt/torchrun/launch`, without the mounts."""
+    """The torchrun container, launched through `/opt/torchrun/launch`, without the mounts or its
+    resources (its share of the node: `podresources.share_node`)."""
     return {
         "name": CONTAINER,
         "image": image_of(job, queue),
@@ -168,7 +169,6 @@ def _container(
         ),
         "env": _env(job, queue, topo, parsed, cluster_domain, checkpoint),
         "ports": [{"name": "rendezvous", "containerPort": job.spec.distributed.rdzv_port, "protocol": "TCP"}],
-        "resources": _resources(queue, topo),
         "securityContext": training_security_context(queue),
     }
 
@@ -265,6 +265,8 @@ def build_worker_job(
     pod = with_reporter(
         pod, job, queue, image=image, settings=reporter or ReporterSettings(), container=CONTAINER
     )
+    shape = {name: Quantity.parse(amount) for name, amount in worker_requests(queue, topo).items()}
+    pod = share_node(pod, shape, CONTAINER)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
