@@ -3,8 +3,10 @@
     Progress:   [########............] 42%  step 420/1000  812.5 samples/s  ETA 1h5m (12:30Z)  loss=1.84
 
 The bar shows `percent` (no bar without `totalSteps`); the rate is the reported
-`samplesPerSecond`; the ETA is `status.progress.eta` as a time left from `now`; then the user's
-metrics, as reported by rank `rank` at `updateTime` (its age).
+`samplesPerSecond`; the ETA is `status.progress.eta` as a time left from `now`, shown only while
+the job's phase is Running (a failed, finished, suspended or pending job has no end in sight, even
+where a controller of an older version left one in the status); then the user's metrics, as
+reported by rank `rank` at `updateTime` (its age).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def progress_line(job: dict[str, Any], now: datetime.datetime) -> str | None:
         parts.append(f"epoch {p['epoch']:g}")
     if p.get("samplesPerSecond") is not None:
         parts.append(f"{p['samplesPerSecond']:g} samples/s")
-    if p.get("eta"):
+    if p.get("eta") and job["status"].get("phase") == "Running":
         parts.append(f"ETA {_left(p['eta'], now)}")
     parts += [f"{k}={v:.4g}" for k, v in sorted((p.get("metrics") or {}).items())]
     said = (

@@ -3,24 +3,40 @@
 `StepHistory` keeps at most `MAX_SAMPLES` (time, step) samples, each a step the job reached and
 when; `rate(window)` is the steps per second between the oldest sample within `window` seconds of
 the newest and the newest one — the recent rate, so a slow start or an earlier phase at another
-speed does not skew the estimate for long. A step that goes back (a restart resumed from an
-earlier checkpoint) starts the history again: the rate never mixes two runs. `eta` is the moment
+speed does not skew the estimate for long. The rate never mixes two runs: the history starts
+again when the step goes back (a restart resumed from an earlier checkpoint) and when the job's
+restart count (`status.restarts`, told by `restarted`) changes — a restart in place keeps the
+pods and the worker Job, and the first step seen after it need not be below the last one seen
+before (reports are sampled), while the time between counts as training. `eta` is the moment
 `total_steps` will be reached at that rate; None when it cannot be told (fewer than two samples,
-no total, no progress in the window). Pure: times are seconds given by the caller.
+no total, no progress in the window). `while_running` keeps an ETA only for a running job: a
+failed, succeeded, suspended or pending job has no end in sight, and its last estimate would
+only count down to `ETA 0s`. Pure: times are seconds given by the caller.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from datetime import datetime, timedelta
+
+from controller.api.progress import Progress
 
 MAX_SAMPLES = 64
 DEFAULT_WINDOW = 600.0  # seconds
 
 
 class StepHistory:
-    def __init__(self, max_samples: int = MAX_SAMPLES) -> None:
+    def __init__(self, max_samples: int = MAX_SAMPLES, restarts: int | None = None) -> None:
         self._samples: deque[tuple[float, int]] = deque(maxlen=max_samples)
+        self._restarts = restarts  # the restart count the samples are taken under, once told
+
+    def restarted(self, restarts: int) -> None:
+        """The job's restart count is `restarts` now: another count than the samples' starts the
+        history again (module doc); the first count told starts nothing."""
+        if self._restarts is not None and restarts != self._restarts:
+            self._samples.clear()
+        self._restarts = restarts
 
     def add(self, at: float, step: int) -> None:
         """Step `step` was reached at `at` (seconds); a repeated step keeps its first time."""
@@ -58,6 +74,13 @@ def eta(step: int | None, total_steps: int | None, rate: float | None, at: datet
     if seconds > 10 * 365 * 86400:  # beyond ten years: no estimate worth printing
         return None
     return at + timedelta(seconds=seconds)
+
+
+def while_running(progress: Progress | None, running: bool) -> Progress | None:
+    """`progress` as the status shows it: its ETA only while the job is running (module doc)."""
+    if progress is None or progress.eta is None or running:
+        return progress
+    return dataclasses.replace(progress, eta=None)
 
 
 def percent(step: int | None, total_steps: int | None) -> int | None:

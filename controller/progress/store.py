@@ -1,5 +1,6 @@
 """The leader's memory of progress reports: per job, the latest record of each rank of the
-current attempt, when it last changed, and the lead rank's recent steps (for the rate).
+current attempt, when it last changed, and the lead rank's recent steps (for the rate, started
+again when the step goes back or the job's restart count changes: `eta.StepHistory`).
 
 Thread-safe (one lock guards the dict and its entries; the endpoint's threads write, the
 reconciler's workers read) and bounded: one entry per job, one report per rank
@@ -63,6 +64,7 @@ class _Entry:
     changed_version: int = 0  # the version of the last report that changed something
     settled: bool = True
     awaiting: bool = False  # settled, and the next report of any kind enqueues
+    restarts: int | None = None  # the job's restart count, as the last view was told it
 
 
 def lead_rank(ranks: dict[int, RankReport]) -> int | None:
@@ -103,7 +105,8 @@ class ProgressStore:
                 changed_at = previous.changed_at
             entry.ranks[rank] = RankReport(record, changed_at, now)
             if record.step is not None:
-                entry.histories.setdefault(rank, StepHistory()).add(changed_at.timestamp(), record.step)
+                history = entry.histories.setdefault(rank, StepHistory(restarts=entry.restarts))
+                history.add(changed_at.timestamp(), record.step)
             moved = previous is None or previous.record != record or previous.changed_at != changed_at
             entry.version += 1
             if moved:
@@ -113,11 +116,17 @@ class ProgressStore:
             entry.settled = entry.awaiting = False
             return True
 
-    def view(self, key: str) -> JobView | None:
+    def view(self, key: str, restarts: int | None = None) -> JobView | None:
+        """A copy of `key`'s reports; `restarts`, the job's `status.restarts`, starts the rate
+        again when it changed (an in-place restart keeps the attempt: `eta.StepHistory`)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return None
+            if restarts is not None:
+                entry.restarts = restarts
+                for each in entry.histories.values():
+                    each.restarted(restarts)
             lead = lead_rank(entry.ranks)
             history = entry.histories.get(lead) if lead is not None else None
             rate = history.rate() if history is not None else None

@@ -66,7 +66,8 @@ class ProgressStep:
         """The module docstring's step for the attempt of `worker_job`; `final`: the attempt ended
         (its last record is shown whatever the period — the status is written anyway — and
         nothing stalls any more)."""
-        view = self.store.view(job.key) if self.store is not None else None
+        restarts = p.status.restarts  # an in-place restart keeps the attempt: the rate starts again
+        view = self.store.view(job.key, restarts) if self.store is not None else None
         if view is None or view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]:
             return None
         policy = effective(job.spec.progress, queue.spec.progress)

@@ -28,6 +28,7 @@ from controller.api import (
 )
 from controller.cache import thaw
 from controller.meta import controller_of
+from controller.progress.eta import while_running
 from controller.torchrunjob.manifests.worker import CONTAINER
 from controller.torchrunjob.reasons import Reason, Severity, severity_of
 from controller.torchrunjob.steps import Observed, Wait
@@ -297,10 +298,13 @@ class StatusUpdate:
         return dataclasses.replace(final, workers=stored.workers, conditions=conditions) == stored
 
     def final(self) -> TorchrunJobStatus:
-        """The status to write: phase summarised from the conditions, generation observed."""
+        """The status to write: phase summarised from the conditions, generation observed, an ETA
+        only while the job runs (`eta.while_running`)."""
+        phase = phase_of(self.status.conditions)
         return dataclasses.replace(
             self.status,
-            phase=phase_of(self.status.conditions),
+            phase=phase,
+            progress=while_running(self.status.progress, phase is JobPhase.RUNNING),
             observed_generation=self.job.metadata.generation,
         )
 

@@ -210,8 +210,8 @@ def test_the_queue_default_restarts_a_stalled_job_as_a_failed_attempt() -> None:
 
 def test_a_report_during_the_pass_brings_the_job_back_by_a_timer() -> None:
     class Racing(ProgressStore):
-        def view(self, key: str) -> JobView | None:
-            seen = super().view(key)
+        def view(self, key: str, restarts: int | None = None) -> JobView | None:
+            seen = super().view(key, restarts)
             push(self, 2, 0.5)  # lands while the pass works: it does not enqueue (unsettled)
             return seen
 
