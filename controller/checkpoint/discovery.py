@@ -45,7 +45,7 @@ The **step** comes from the name (`step_of`, a file's without its suffix): `step
 (Lightning), `…-step=1200-consumed_samples=…` (NeMo), `…-step=12-v1` (Lightning's version
 suffix) — one of those words at the start or after `-`/`_`, optionally `-`, `_` or `=`, digits,
 then the end, `-vN` or another Lightning `-key=` field. Its time is the mtime of the file that
-made it complete (a file entry's own; a link's own).
+made it complete (a file entry's own; a link's own; a DeepSpeed or Megatron directory's own).
 An incomplete entry is **started by us** (`Entry.ours`) when its name is exactly `step-<step>` and
 it holds our `.torchrun_started` as a regular file (`torchrun_checkpoint.path_for` writes it when
 it hands the directory out): the only incomplete entries retention may remove.
@@ -364,7 +364,7 @@ def _directory(root: str, path: str, name: str, step: int | None) -> tuple[str |
         return (None, None, why) if why else (DEEPSPEED, os.lstat(path).st_mtime, "")
     if _MEGATRON.match(name) and _regular_mtime(root, MEGATRON_TRACKER) is not None:
         why = _megatron(root, path, step, _listing(path))
-        return (None, None, why) if why else (MEGATRON, _regular_mtime(root, MEGATRON_TRACKER), "")
+        return (None, None, why) if why else (MEGATRON, os.lstat(path).st_mtime, "")
     dcp = _regular_mtime(path, DCP_METADATA)
     if _ACCELERATE.match(name) and dcp is None:
         why = _accelerate(path, _listing(path))

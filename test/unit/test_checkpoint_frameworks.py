@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from controller.checkpoint import latest, prune, prune_plan, resume, scan
 from controller.checkpoint.discovery import Entry, file_check, pickle_values
 from controller.checkpoint.listing import listing
 from controller.checkpoint.retention import kept_by_frameworks
+from controller.sync.prepare import prepare_tools
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -376,3 +379,29 @@ def test_the_listing_sizes_checkpoint_files(tmp_path: Path) -> None:
         "lightning",
     )
     assert next(i.name for i in listing(root)) == "last.ckpt"
+
+
+@pytest.mark.parametrize(("kind", "chosen"), [("lightning", "last.ckpt"), ("deepspeed", "global_step20")])
+def test_the_shipped_helper_chooses_the_frameworks_checkpoint_after_an_in_place_restart(
+    tmp_path: Path, kind: str, chosen: str
+) -> None:
+    """`prepare` ships discovery.py alone beside torchrun_checkpoint (standard library only): run
+    where `controller` is not importable, after torchrun restarted the workers, it names the
+    framework's newest checkpoint — a file for Lightning."""
+    target = tmp_path / "opt"
+    prepare_tools(target, {})
+    root = copy_root(kind, tmp_path / "ck")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torchrun_checkpoint as c; print(c.resume_from())"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(target / "python"),
+            "TORCHRUN_CHECKPOINT_DIR": str(root),
+            "TORCHELASTIC_RESTART_COUNT": "1",
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.strip() == str(root / chosen)

@@ -8,14 +8,17 @@ Standard library only. What it offers:
   step from, with our `.torchrun_started` in it: what proves to retention that an incomplete
   `step-<step>` is an abandoned save of ours (anything else incomplete is never removed);
 - `resume_from()`: the latest complete checkpoint the controller found before this start
-  (`TORCHRUN_RESUME_FROM`), or None: none yet, or it has disappeared since (said on stderr).
+  (`TORCHRUN_RESUME_FROM`: a directory, or a checkpoint file such as Lightning's
+  `epoch=0-step=10.ckpt` or a `ckpt_1000.pt`), or None: none yet, or it has disappeared since
+  (said on stderr).
   After torchrun restarted the workers in place (`TORCHELASTIC_RESTART_COUNT` > 0: a rank failed
   under `--max_restarts`, an elastic job shrank or grew) that choice may be old, so the root is
   scanned again with the controller's own rules (`torchrun_checkpoint_discovery`, copied here by
   `prepare`);
 - `mark_complete(path)`: after every rank has written `path`, rank 0 calls this; only then does the
-  controller count it (a `torch.distributed.checkpoint` directory with `.metadata` or a Hugging
-  Face `checkpoint-<step>/` with `trainer_state.json` count without it);
+  controller count it (what a framework writes — a `torch.distributed.checkpoint` directory, a
+  Hugging Face `checkpoint-<step>/`, Lightning, DeepSpeed, accelerate, torch.save and safetensors
+  files — counts without it, by that framework's own completeness check: docs/checkpoints.md);
 - `stop_requested()`: True once the pod was asked to stop (the controller's suspend, shrink, hot
   reload, deadline or graceful delete: torchrun forwards the container's SIGTERM to this process).
   Importing this module makes that signal (`TORCHRUN_STOP_SIGNAL`, SIGTERM) set a flag instead of
