@@ -19,8 +19,10 @@ frameworks' save order (docs/checkpoints.md names the versions read):
 - our marker `.torchrun_complete` (`torchrun_checkpoint.mark_complete`), in any directory;
 - a torch.save file (zip, torch >= 1.6): its end-of-central-directory record (and torch's zip64
   record and locator) in place at the end and consistent with where the central directory starts,
-  which is written last; a legacy (pre-zip) torch.save file cannot be verified from a few bytes
-  and is never complete (its `note` says so); anything else in a torch suffix is not complete;
+  which is written last; a legacy (pre-zip) torch.save file (it ends in raw tensor bytes) when it
+  ends exactly where its last storage does: its pickles' storage ids give each storage's type and
+  element count, and each storage's bytes are preceded by that count (`_legacy_complete`; the
+  pickles are listed by `pickletools`, never run); anything else in a torch suffix is not complete;
 - a safetensors file: 8 + its header length + the largest `data_offsets` end equals its size;
 - DCP: `.metadata` (written last by rank 0 after every rank's data);
 - a Hugging Face Trainer `checkpoint-<step>/`: `trainer_state.json` (written last);
@@ -62,6 +64,7 @@ by time (a name without a step cannot be compared with one that has one); ties b
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickletools
@@ -211,6 +214,86 @@ def _safetensors_complete(fd: int, size: int) -> bool:
     return all(isinstance(e, int) for e in ends) and 8 + length + max(ends, default=0) == size
 
 
+_ELEMENT_SIZES = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+    "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "QInt8": 1, "QUInt8": 1,
+    "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1,
+}  # fmt: skip
+_MARK = object()  # a MARK on the stack of `_legacy_storages`
+
+
+def _legacy_storages(stream: io.BytesIO) -> dict[str, tuple[str, int]] | None:
+    """Run the stack effects of one pickle's opcodes (listed, never executed) to collect its
+    persistent ids `('storage', <class torch.<T>Storage>, key, location, numel, view)`: key →
+    (T, numel). None when the pickle is not whole or an id is not one of those."""
+    stack: list[object] = []
+    memo: dict[int, object] = {}
+    found: dict[str, tuple[str, int]] = {}
+    for op, arg, _ in pickletools.genops(stream):
+        name = op.name
+        if name in _PUTS or name == "MEMOIZE":
+            memo[arg if isinstance(arg, int) else len(memo)] = stack[-1] if stack else None
+            continue
+        if pickletools.markobject in op.stack_before:
+            at = max((i for i, v in enumerate(stack) if v is _MARK), default=-1)
+            popped, stack = stack[at + 1 :], stack[: max(at, 0)]
+        else:
+            count = len(op.stack_before)
+            popped, stack = stack[len(stack) - count :], stack[: len(stack) - count]
+        if name == "BINPERSID":
+            pid = popped[0] if popped else None
+            if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
+                return None
+            kind, key, numel = pid[1], pid[2], pid[4]
+            if not (isinstance(kind, str) and isinstance(key, str) and isinstance(numel, int)):
+                return None
+            found[key] = (kind.rpartition(" ")[2].removesuffix("Storage"), numel)
+        if name == "MARK":
+            stack.append(_MARK)
+        elif name in _GETS:
+            stack.append(memo.get(arg) if isinstance(arg, int) else None)
+        elif name in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"):
+            stack.append(tuple(popped))
+        elif op.stack_after:
+            stack.append(arg if isinstance(arg, (str, int)) and name not in ("PROTO", "FRAME") else None)
+    return found
+
+
+def _legacy_complete(fd: int, size: int) -> bool:
+    """A legacy torch.save file (module doc): its magic, protocol and system pickles, the object's
+    pickle (storage ids), the sorted storage keys, then per key its element count (8 bytes, as in
+    the id) and its bytes — whole exactly when the file ends where the last storage does. Reads
+    the first 64 KiB for the pickles, and up to `PICKLE_LIMIT` only when they are longer."""
+    for limit in (64 * 1024, PICKLE_LIMIT):
+        head = _read_at(fd, min(size, limit), 0)
+        if _legacy_ends_at(fd, head, size):
+            return True
+        if len(head) == size:
+            break
+    return False
+
+
+def _legacy_ends_at(fd: int, head: bytes, size: int) -> bool:
+    stream = io.BytesIO(head)
+    try:
+        for _ in range(3):
+            for _op in pickletools.genops(stream):
+                pass
+        storages = _legacy_storages(stream)
+        keys = [arg for _op, arg, _ in pickletools.genops(stream) if isinstance(arg, str)]
+    except (ValueError, EOFError, IndexError):
+        return False
+    if storages is None or sorted(storages) != keys:
+        return False
+    at = stream.tell()
+    for key in keys:
+        kind, numel = storages[key]
+        if kind not in _ELEMENT_SIZES or _read_at(fd, 8, at) != struct.pack("<q", numel):
+            return False
+        at += 8 + numel * _ELEMENT_SIZES[kind]
+    return at == size
+
+
 def file_check(path: str) -> tuple[bool, str]:
     """Whether the checkpoint file at `path` (a regular file, links not followed) is complete, and
     what it is when it is not (module doc)."""
@@ -228,7 +311,9 @@ def file_check(path: str) -> tuple[bool, str]:
             return True, ""
         head = _read_at(fd, len(_LEGACY_MAGIC), 0)
         if head == _LEGACY_MAGIC:
-            return False, "legacy torch.save format: cannot be verified"
+            if _legacy_complete(fd, st.st_size):
+                return True, ""
+            return False, "legacy torch.save format: truncated, or a layout this check does not know"
         if head[:4] == _ZIP_MAGIC:
             return False, "torch.save: truncated"
         return False, "not a torch.save file"

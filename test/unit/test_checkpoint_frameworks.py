@@ -45,6 +45,7 @@ WHOLE: dict[str, dict[str, tuple[str, int | None]]] = {
     },
     "torch_save": {"ckpt_500.pt": ("torch", 500), "ckpt_1000.pt": ("torch", 1000)},
     "torch_save/out": {"ckpt.pt": ("torch", None)},  # nanoGPT's out_dir
+    "torch_legacy": {"ckpt_100.pt": ("torch", 100), "ckpt_200.pt": ("torch", 200)},  # pre-zip format
     "deepspeed": {"global_step10": ("deepspeed", 10), "global_step20": ("deepspeed", 20)},
     "accelerate/checkpoints": {"checkpoint_0": ("accelerate", 0), "checkpoint_1": ("accelerate", 1)},
 }
@@ -54,6 +55,7 @@ LATEST = {
     "lightning": "last.ckpt",  # written after epoch=0-step=20.ckpt, the same state
     "torch_save": "ckpt_1000.pt",
     "torch_save/out": "ckpt.pt",
+    "torch_legacy": "ckpt_200.pt",
     "deepspeed": "global_step20",
     "accelerate/checkpoints": "checkpoint_1",
 }
@@ -81,7 +83,9 @@ def cut(path: Path, keep: int) -> None:
 
 
 def cut_points(size: int) -> list[int]:
-    return sorted({0, 1, 8, size // 4, size // 2, 3 * size // 4, size - 23, size - 22, size - 1} - {size})
+    return sorted(
+        {0, 1, 8, size // 4, size // 2, 3 * size // 4, size - 23, size - 22, size - 9, size - 1} - {size}
+    )
 
 
 def killed(kind: str, whole: Path, dest: Path) -> None:
@@ -137,14 +141,10 @@ def test_every_whole_checkpoint_is_found_with_its_step(tmp_path: Path, kind: str
 
 @pytest.mark.parametrize("path", every_fixture_file(), ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_every_fixture_file_is_complete_whole_and_incomplete_cut_anywhere(tmp_path: Path, path: Path) -> None:
-    """Every torch.save, safetensors and Lightning file the frameworks wrote (inside directories
-    too), whole and cut at every interesting length: before, inside and just short of its end
-    records. The legacy (pre-zip) torch.save format is never complete: it cannot be verified."""
-    legacy = path.parent.name == "torch_legacy"
-    complete, why = file_check(str(path))
-    assert (complete, why) == (
-        (False, "legacy torch.save format: cannot be verified") if legacy else (True, "")
-    )
+    """Every torch.save (zip and legacy), safetensors and Lightning file the frameworks wrote
+    (inside directories too), whole and cut at every interesting length: before, inside and just
+    short of its end records."""
+    assert file_check(str(path)) == (True, "")
     copy = tmp_path / path.name
     for keep in cut_points(path.stat().st_size):
         shutil.copy2(path, copy)
@@ -153,7 +153,7 @@ def test_every_fixture_file_is_complete_whole_and_incomplete_cut_anywhere(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "kind", ["dcp", "hf", "accelerate/checkpoints", "deepspeed", "lightning", "torch_save"]
+    "kind", ["dcp", "hf", "accelerate/checkpoints", "deepspeed", "lightning", "torch_save", "torch_legacy"]
 )
 def test_a_save_killed_midway_is_incomplete_and_never_chosen(tmp_path: Path, kind: str) -> None:
     """The newest save, killed midway, lies above every whole one: the whole newest is chosen."""
@@ -162,6 +162,7 @@ def test_a_save_killed_midway_is_incomplete_and_never_chosen(tmp_path: Path, kin
     name = {
         "dcp": "step-30", "hf": "checkpoint-30", "accelerate/checkpoints": "checkpoint_2",
         "deepspeed": "global_step30", "lightning": "epoch=0-step=30.ckpt", "torch_save": "ckpt_1500.pt",
+        "torch_legacy": "ckpt_300.pt",
     }[kind]  # fmt: skip
     killed(kind, root / newest, root / name)
     if kind == "deepspeed":
@@ -200,15 +201,24 @@ def test_deepspeed_is_complete_only_as_far_as_latest_and_its_world(tmp_path: Pat
     assert [e for e in scan(root) if e.complete] == []
 
 
-def test_legacy_torch_save_files_are_found_never_chosen_and_said(tmp_path: Path) -> None:
-    root = copy_root("torch_legacy", tmp_path / "root")
-    entries = scan(root)
-    assert {(e.name, e.step, e.complete) for e in entries} == {
-        ("ckpt_100.pt", 100, False),
-        ("ckpt_200.pt", 200, False),
-    }
-    assert latest(entries) is None
-    assert all("cannot be verified" in e.note for e in entries)
+def test_legacy_torch_save_files_are_whole_exactly_when_every_storage_is_there(tmp_path: Path) -> None:
+    """The pre-zip format ends in raw tensor bytes: the check reads its pickles' storage ids and
+    sizes and wants the file to end where the last storage does — every cut, and one byte more,
+    is incomplete, and said; a file with the legacy magic and nothing sound after it too."""
+    whole = FIXTURES / "torch_legacy" / "ckpt_200.pt"
+    copy = tmp_path / "ckpt_300.pt"
+    size = whole.stat().st_size
+    for keep in sorted({*range(0, size, 37), *range(size - 40, size)}):  # every storage's header and tail
+        shutil.copy2(whole, copy)
+        cut(copy, keep)
+        assert file_check(str(copy))[0] is False, keep
+    copy.write_bytes(whole.read_bytes() + b"\0")
+    assert file_check(str(copy)) == (
+        False,
+        "legacy torch.save format: truncated, or a layout this check does not know",
+    )
+    copy.write_bytes(whole.read_bytes()[:17] + b"garbage" * 10)
+    assert file_check(str(copy))[0] is False
 
 
 def test_step_less_files_take_part_only_under_a_framework_name_or_beside_their_stepped_family(
