@@ -27,6 +27,7 @@ from controller.checkpoint import latest, prune, prune_plan, resume, scan
 from controller.checkpoint.discovery import Entry, file_check, pickle_values
 from controller.checkpoint.listing import listing
 from controller.checkpoint.retention import kept_by_frameworks
+from controller.sync.cli import main
 from controller.sync.prepare import prepare_tools
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
@@ -415,3 +416,17 @@ def test_the_shipped_helper_chooses_the_frameworks_checkpoint_after_an_in_place_
         check=True,
     )
     assert proc.stdout.strip() == str(root / chosen)
+
+
+def test_prepare_hands_every_rank_a_lightning_file_through_the_env_file(tmp_path: Path) -> None:
+    """`epoch=0-step=20.ckpt` (a `=` in a value) survives the env file the launch sources."""
+    root = copy_root("lightning", tmp_path / "ck")
+    (root / "last.ckpt").unlink()
+    assert main(["prepare", "--target", str(tmp_path / "t"), "--checkpoints", str(root)], env={}) == 0
+    shown = subprocess.run(
+        ["/bin/sh", "-c", '. "$1/env"; printf %s "$TORCHRUN_RESUME_FROM"', "sh", str(tmp_path / "t")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout == str(root / "epoch=0-step=20.ckpt")
