@@ -75,6 +75,7 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 MARKER = ".torchrun_complete"  # what torchrun_checkpoint.mark_complete writes
 STARTED = ".torchrun_started"  # what torchrun_checkpoint.path_for writes
@@ -328,9 +329,21 @@ def _complete_file(directory: str, name: str) -> bool:
 def pickle_values(path: str, keys: Iterable[str]) -> dict[str, object] | None:
     """The values (strings or ints) that follow each of `keys` first in the pickle of torch.save
     file `path` (its `*/data.pkl`, at most `PICKLE_LIMIT` bytes), read without running it: the
-    opcodes are only listed. Keys not found are missing; None when the file cannot be read."""
+    opcodes are only listed. Keys not found are missing; None when the file cannot be read or is
+    not a regular file (a link is not followed)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as raw:
+            if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+                return None
+            return _pickle_values_in(raw, keys)
+    except OSError:
+        return None
+
+
+def _pickle_values_in(raw: IO[bytes], keys: Iterable[str]) -> dict[str, object] | None:
+    try:
+        with zipfile.ZipFile(raw) as archive:
             member = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
             if member is None:
                 return None
@@ -416,6 +429,8 @@ def _megatron(root: str, path: str, step: int | None, files: list[str]) -> str:
     if _regular_mtime(path, DCP_METADATA) is not None and _regular_mtime(path, "metadata.json") is not None:
         return ""
     shards = [os.path.join(path, f) for f in files if f.startswith("mp_rank_")]
+    if not all((st := _lstat(shard)) is not None and stat.S_ISDIR(st.st_mode) for shard in shards):
+        return "Megatron: an mp_rank_* that is not a real directory"
     if shards and all(_complete_file(shard, "model_optim_rng.pt") for shard in shards):
         return ""
     return "Megatron: no complete distributed checkpoint or mp_rank_*/model_optim_rng.pt"

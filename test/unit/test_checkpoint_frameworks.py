@@ -430,3 +430,28 @@ def test_prepare_hands_every_rank_a_lightning_file_through_the_env_file(tmp_path
         check=True,
     )
     assert shown.stdout == str(root / "epoch=0-step=20.ckpt")
+
+
+def test_files_a_check_reads_are_never_reached_through_a_link(tmp_path: Path) -> None:
+    """A DeepSpeed model states file, a Lightning `meta.pt` or a Megatron shard directory that is
+    a link (to a whole file, outside the root) makes the entry incomplete; the pickle reader does
+    not follow it either."""
+    outside = tmp_path / "outside"
+    shutil.copytree(FIXTURES / "deepspeed" / "global_step20", outside / "global_step20")
+    root = copy_root("deepspeed", tmp_path / "root")
+    states = root / "global_step20" / "mp_rank_00_model_states.pt"
+    states.unlink()
+    states.symlink_to(outside / "global_step20" / "mp_rank_00_model_states.pt")
+    assert {e.name: e.complete for e in scan(root)} == {"global_step10": True, "global_step20": False}
+    assert pickle_values(str(states), ["dp_world_size"]) is None
+    sharded = tmp_path / "lightning" / "epoch=0-step=10.ckpt"
+    shutil.copytree(FIXTURES / "dcp" / "step-10", sharded)
+    (sharded / "meta.pt").symlink_to(FIXTURES / "torch_save" / "ckpt_500.pt")
+    assert [e.complete for e in scan(sharded.parent)] == [False]
+    megatron = tmp_path / "megatron"
+    (megatron / "iter_0000010").mkdir(parents=True)
+    (outside / "mp_rank_00").mkdir()
+    shutil.copy(FIXTURES / "torch_save" / "ckpt_500.pt", outside / "mp_rank_00" / "model_optim_rng.pt")
+    (megatron / "iter_0000010" / "mp_rank_00").symlink_to(outside / "mp_rank_00")
+    (megatron / "latest_checkpointed_iteration.txt").write_text("10")
+    assert [e.complete for e in scan(megatron)] == [False]
