@@ -14,7 +14,7 @@ written queue on a slow CI core); a controller that needs less can cache the par
 Everything here is pure: no I/O and no `kubernetes` imports, so any layer may use it.
 """
 
-from controller.api.checkpoint import CheckpointStatus
+from controller.api.checkpoint import CheckpointStatus, NewestCheckpoint
 from controller.api.codec import format_time, from_json, parse_time, to_json
 from controller.api.conditions import (
     Condition,
@@ -124,6 +124,7 @@ __all__ = [
     "JobPhase",
     "JobTopology",
     "LocalObjectReference",
+    "NewestCheckpoint",
     "NodeResources",
     "ObjectMeta",
     "Overridable",

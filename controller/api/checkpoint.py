@@ -2,8 +2,9 @@
 
 What rank 0's `prepare` init container found when the current attempt's workers started (the
 sync program's report, `controller.checkpoint.report`): the newest complete checkpoint, how many
-complete ones there are, and what this attempt resumed from. It describes the start, not the
-training since: a checkpoint written while the job runs shows up at the next start.
+complete ones there are, and what this attempt resumed from — the start. What the training has
+saved since is `newest`: rank 0's progress reporter scans the checkpoints root while the attempt
+runs and tells the newest complete one with its reports (`controller.progress.saved`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,17 @@ from dataclasses import dataclass, field
 from controller.api.fields import api
 
 _PATH = {"maxLength": 4096}
+
+
+@dataclass(frozen=True)
+class NewestCheckpoint:
+    """The newest complete checkpoint while the attempt runs."""
+
+    name: str = field(metadata=api("Its entry under the checkpoints root.", schema={"maxLength": 255}))
+    step: int | None = field(
+        default=None, metadata=api("Its step, read from its name.", schema={"format": "int64"})
+    )
+    time: datetime.datetime | None = field(default=None, metadata=api("When it was saved."))
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,14 @@ class CheckpointStatus:
     mirrored: int = field(
         default=0,
         metadata=api("Checkpoints uploaded to the S3 mirror at this start.", schema={"format": "int32"}),
+    )
+    newest: NewestCheckpoint | None = field(
+        default=None,
+        metadata=api(
+            "The newest complete checkpoint now, while the attempt runs: what node rank 0's progress "
+            "reporter last found (it scans the checkpoints root at most every 30 s and tells it with "
+            "its progress reports); absent until a report carries one."
+        ),
     )
     problems: tuple[str, ...] = field(
         default=(),

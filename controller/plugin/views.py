@@ -94,14 +94,18 @@ def _workspace_line(job: JSON) -> str:
     return f"source {ws.get('source', 'upload')}, wanted generation {ws.get('generation', 0)}, {running}"
 
 
-def _checkpoint_lines(job: JSON) -> list[str]:
-    """`status.checkpoint` in a line: the newest complete checkpoint and what this attempt resumed
+def _checkpoint_lines(job: JSON, now: datetime.datetime) -> list[str]:
+    """`status.checkpoint` in a line: the newest complete checkpoint now (saved while the job runs,
+    with its age) — else the newest the attempt's start found — and what this attempt resumed
     from (nothing before the workers' first start reported; docs/checkpoints.md)."""
     cp = (job.get("status") or {}).get("checkpoint")
     if not cp:
         return []
     latest = "none complete"
-    if cp.get("latest"):
+    if newest := cp.get("newest"):
+        step = f"step {newest['step']}, " if newest.get("step") is not None else ""
+        latest = f"newest {newest.get('name')} ({step}saved {age(newest.get('time'), now)} ago)"
+    elif cp.get("latest"):
         step = f"step {cp['step']}, " if cp.get("step") is not None else ""
         latest = f"latest {cp['latest']} ({step}{cp.get('time', '?')}, {cp.get('count', 0)} complete)"
     resumed = cp.get("resumedFrom")
@@ -133,7 +137,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
         f"Phase:      {phase(job)}    (restarts {(job.get('status') or {}).get('restarts', 0)})",
         *([f"Waiting:    {line}"] if (line := waiting_line(job)) else []),
         f"Workspace:  {_workspace_line(job)}",
-        *_checkpoint_lines(job),
+        *_checkpoint_lines(job, now),
         *([f"Progress:   {line}"] if (line := progress_line(job, now)) else []),
         "",
         "Conditions:",

@@ -4,6 +4,7 @@ Every replica serves it (`--progress-bind-address`); only the leader, once its c
 accepts: a standby answers 503 (`Retry-After`), and the reporter retries — the Service sends it
 to any replica, so a retry soon reaches the leader. The leader:
 1. reads at most `MAX_BODY` bytes of JSON `{"job": NAME, "record": {...}, "secondsSinceChange": S}`
+   (and, from rank 0, `"checkpoint": {...}`: `saved.parse_saved`)
    (413 beyond, 400 when it is not that);
 2. reviews the bearer token (`identity.TokenReviewer`: 401 without one or when it is refused,
    screened first at no API cost; 429 with `Retry-After` when reviews are at their cap);
@@ -36,6 +37,7 @@ from controller.httpserve import BoundedHTTPServer
 from controller.meta import controller_of
 from controller.progress.identity import Refused, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
+from controller.progress.saved import parse_saved
 from controller.progress.store import ProgressStore
 from controller.rest.errors import ApiError
 
@@ -127,6 +129,7 @@ class ProgressEndpoint:
             record = parse_object(body["record"])
             if not isinstance(job, str) or record is None or not math.isfinite(seconds):
                 raise ValueError
+            saved = parse_saved(body.get("checkpoint"))  # nonsense is no checkpoint, not a refusal
         except (ValueError, KeyError, TypeError, RecursionError):
             return 400, 'expected {"job": NAME, "record": {...}, "secondsSinceChange": SECONDS}'
         try:
@@ -146,6 +149,7 @@ class ProgressEndpoint:
             record=record,
             seconds_since_change=seconds,
             now=now,
+            saved=saved,
         ):
             self.enqueue(reporter.key)
         return 200, "ok"

@@ -9,7 +9,9 @@ Prometheus text: `torchrun_training_step`, `torchrun_training_total_steps`,
 `torchrun_training_seconds_since_change`, the user's numbers as `torchrun_training_metric{name}`,
 each labelled with the node `rank`) and, when `TORCHRUN_PROGRESS_URL` is set, POSTs it there
 (`Pusher`): after a change at most every `PUSH_MIN_SECONDS`, and every `HEARTBEAT_SECONDS` without
-one (so a new leader learns how long ranks have been silent), with the projected token read
+one (so a new leader learns how long ranks have been silent) — node rank 0's with the newest
+complete checkpoint of the job's checkpoints volume, scanned at most every 30 s (`saved.py`;
+a save not accepted yet is pushed like a change) — with the projected token read
 again for every push (the kubelet rotates it). A 503 (a standby, or a leader still syncing) or a
 connection error is retried with doubling backoff up to `MAX_BACKOFF`; a refusal (401/403) is
 logged and retried at the heartbeat. On SIGTERM (the training container ended and the kubelet
@@ -41,6 +43,7 @@ from typing import Any
 
 from controller.httpserve import BoundedHTTPServer
 from controller.progress.record import Record
+from controller.progress.saved import SCAN_SECONDS, Saved, newest_saved
 from controller.progress.stack import dump_all
 from controller.progress.tail import Tailer
 
@@ -80,6 +83,18 @@ class Pusher:
         self.sent_change: float | None = None  # the change last accepted
         self.next_at = 0.0
         self.backoff = PUSH_MIN_SECONDS
+        self.saved: Saved | None = None  # the newest checkpoint rank 0's last scan found
+        self.saved_at = 0.0  # when that scan ran (monotonic): the age sent grows from it
+        self.sent_saved: Saved | None = None  # the checkpoint last accepted
+
+    def found(self, saved: Saved | None, now: float) -> None:
+        """A scan of the checkpoints root found `saved` (sent with the next push; a save not
+        accepted yet makes the next tick push, as a change of the record does)."""
+        if saved is not None:
+            self.saved, self.saved_at = saved, now
+
+    def _fresh_save(self) -> bool:
+        return self.saved is not None and not self.saved.same_save(self.sent_saved)
 
     def flush(
         self,
@@ -94,7 +109,7 @@ class Pusher:
         step lands; a refusal (400/401/403/404/413) is not retried. The last status, or None when
         nothing was left to send."""
         record, changed = latest.get()
-        if record is None or changed == self.sent_change:
+        if record is None or (changed == self.sent_change and not self._fresh_save()):
             return None
         deadline, pause = clock() + budget, FLUSH_FIRST_PAUSE
         while True:
@@ -110,12 +125,18 @@ class Pusher:
         record, changed = latest.get()
         if record is None or now < self.next_at:
             return None
-        if changed == self.sent_change and now < self.next_at + HEARTBEAT_SECONDS:
+        if changed == self.sent_change and not self._fresh_save() and now < self.next_at + HEARTBEAT_SECONDS:
             return None
         body = {"job": self.job, "record": record.to_json(), "secondsSinceChange": max(0.0, now - changed)}
+        saved = self.saved
+        if saved is not None:
+            body["checkpoint"] = Saved(
+                saved.name, saved.step, saved.age + max(0.0, now - self.saved_at)
+            ).to_json()
         status = self.send(body)
         if status == 200:
             self.sent_change, self.backoff = changed, PUSH_MIN_SECONDS
+            self.sent_saved = saved
             self.next_at = now + PUSH_MIN_SECONDS
         elif status in (401, 403, 400, 413, 404):
             self.next_at = now + HEARTBEAT_SECONDS  # refused: saying it again soon changes nothing
@@ -217,11 +238,17 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
             env.get("TORCHRUN_PROGRESS_CA") or None,
         )
         pusher = Pusher(env.get("TORCHRUN_JOB_NAME", ""), sender)
+    # rank 0 tells the newest checkpoint while the job runs (saved.py): the volume is the job's
+    checkpoints = env.get("TORCHRUN_CHECKPOINT_DIR") if rank == "0" else None
+    scanned = -SCAN_SECONDS
     while not stop.is_set():
         record = tailer.poll()
         now = time.monotonic()
         if record is not None:
             latest.set(record, now)
+        if pusher is not None and checkpoints and now - scanned >= SCAN_SECONDS:
+            scanned = now
+            pusher.found(newest_saved(checkpoints), now)
         if pusher is not None:
             pusher.tick(latest, now)
         stop.wait(POLL_SECONDS)
@@ -230,6 +257,8 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
     if record is not None:
         latest.set(record, time.monotonic())
     if pusher is not None:
+        if checkpoints:  # a save on SIGTERM is the newest: tell it with the last step
+            pusher.found(newest_saved(checkpoints), time.monotonic())
         pusher.flush(latest)
 
 

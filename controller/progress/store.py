@@ -19,7 +19,9 @@ and not one per report:
   `awaiting=True` (a stall due and unconfirmed, or reporting lost): then the next report of any
   kind enqueues the job, and any report since the view, not only a change, leaves it unsettled.
 A report from another attempt (a whole-job restart made a new worker Job) replaces the entry: the
-ranks of an old attempt never count for the new one.
+ranks of an old attempt never count for the new one. A report may carry the newest complete
+checkpoint (rank 0's sidecar: `saved.py`); the entry keeps the last one told, dated when first
+told, and a different one is a change.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from datetime import datetime, timedelta
 
 from controller.progress.eta import StepHistory
 from controller.progress.record import Record
+from controller.progress.saved import Saved
 
 MAX_RANKS = 4096
 MAX_AGE = timedelta(days=365)
@@ -44,6 +47,15 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class SavedAt:
+    """A complete checkpoint a reporter told (`saved.Saved`), dated by the controller's clock."""
+
+    name: str
+    step: int | None
+    time: datetime
+
+
+@dataclass(frozen=True)
 class JobView:
     """A consistent copy of one job's reports."""
 
@@ -52,6 +64,7 @@ class JobView:
     ranks: dict[int, RankReport]
     rate: float | None  # steps per second of the lead rank, recently
     version: int  # counts every report kept
+    saved: SavedAt | None = None  # the newest complete checkpoint a rank told, and when it was saved
 
 
 @dataclass
@@ -65,6 +78,7 @@ class _Entry:
     settled: bool = True
     awaiting: bool = False  # settled, and the next report of any kind enqueues
     restarts: int | None = None  # the job's restart count, as the last view was told it
+    saved: SavedAt | None = None
 
 
 def lead_rank(ranks: dict[int, RankReport]) -> int | None:
@@ -88,8 +102,10 @@ class ProgressStore:
         record: Record,
         seconds_since_change: float,
         now: datetime,
+        saved: Saved | None = None,
     ) -> bool:
-        """Keep rank `rank`'s latest `record`; True when the job needs a pass (module docstring)."""
+        """Keep rank `rank`'s latest `record` (and the checkpoint it told, `saved`: a new save is a
+        change); True when the job needs a pass (module docstring)."""
         age = min(max(0.0, seconds_since_change), MAX_AGE.total_seconds())
         changed_at = now - timedelta(seconds=age)
         with self._lock:
@@ -108,6 +124,11 @@ class ProgressStore:
                 history = entry.histories.setdefault(rank, StepHistory(restarts=entry.restarts))
                 history.add(changed_at.timestamp(), record.step)
             moved = previous is None or previous.record != record or previous.changed_at != changed_at
+            known = entry.saved
+            if saved is not None and (known is None or (known.name, known.step) != (saved.name, saved.step)):
+                age = min(saved.age, MAX_AGE.total_seconds())
+                entry.saved = SavedAt(saved.name, saved.step, now - timedelta(seconds=age))
+                moved = True
             entry.version += 1
             if moved:
                 entry.changed_version = entry.version
@@ -130,7 +151,7 @@ class ProgressStore:
             lead = lead_rank(entry.ranks)
             history = entry.histories.get(lead) if lead is not None else None
             rate = history.rate() if history is not None else None
-            return JobView(entry.job_uid, entry.attempt, dict(entry.ranks), rate, entry.version)
+            return JobView(entry.job_uid, entry.attempt, dict(entry.ranks), rate, entry.version, entry.saved)
 
     def settle(self, key: str, version: int, *, awaiting: bool = False) -> bool:
         """The pass that read `version` is done with it: True when no change arrived since (with

@@ -13,6 +13,8 @@ only reports from the pods of the worker Job it is given; `controller.progress.s
   `stall.lost_after`: an outage of the reports is not a stall, and nothing is done about it),
   and a timer for when the verdict would change; when the verdict waits on the next report
   (a stall to confirm, reports to resume) the store enqueues the job on any report (`awaiting`);
+- sets `status.checkpoint.newest` to the newest complete checkpoint a report told (rank 0's
+  sidecar scans the volume: `progress/saved.py`), written with the pass's status like the rest;
 - once the attempt ended (`final`), shows its last record at once (that pass writes the status
   anyway) and neither stalls nor loses reports any more;
 - answers the attempt's `Outcome` when it stalled and `onStall` is `Restart`: the reconciler
@@ -23,17 +25,27 @@ A job that never reported in this attempt is left alone: no condition, no timer,
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from controller.api import JOB_LABEL, ConditionStatus, TorchrunJob, TorchrunQueue, find_condition, parse_time
+from controller.api import (
+    JOB_LABEL,
+    CheckpointStatus,
+    ConditionStatus,
+    NewestCheckpoint,
+    TorchrunJob,
+    TorchrunQueue,
+    find_condition,
+    parse_time,
+)
 from controller.api import JobConditionType as C
 from controller.api.progress import OnStall, Progress, effective
 from controller.cache import Lister
 from controller.meta import Obj, is_controlled_by
 from controller.progress.stall import RankState, decide
-from controller.progress.store import ProgressStore
+from controller.progress.store import ProgressStore, SavedAt
 from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
 from controller.torchrunjob.manifests.progress import ReporterSettings
@@ -79,6 +91,8 @@ class ProgressStep:
         verdict = decide(ranks, timeout, p.now, self.newest_start(job, worker_job), ended=final)
         desired = progress_of(view)
         published = self.publish(job.key, desired, p, final)
+        if view.saved is not None:
+            show_newest_checkpoint(view.saved, p)
         stored = find_condition(p.status.conditions, C.PROGRESSING)
         if verdict.lost:
             p.cond(
@@ -130,6 +144,14 @@ class ProgressStep:
             self._published.pop(key, None)
         if self.store is not None:
             self.store.forget(key)
+
+
+def show_newest_checkpoint(saved: SavedAt, p: st.StatusUpdate) -> None:
+    """`status.checkpoint.newest` says `saved` (to the second, as the API keeps times)."""
+    current = p.status.checkpoint or CheckpointStatus(attempt=p.status.restarts)
+    newest = NewestCheckpoint(saved.name, saved.step, saved.time.replace(microsecond=0))
+    if current.newest != newest:
+        p.set(checkpoint=dataclasses.replace(current, newest=newest))
 
 
 def reporting_message(progress: Progress | None) -> str:

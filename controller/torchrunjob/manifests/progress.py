@@ -12,6 +12,8 @@
   an endpoint (`ReporterSettings.url`), POSTs the latest record there with the projected
   service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
   by the kubelet), verifying the endpoint with `ReporterSettings.ca` when the controller has one;
+  with the queue's checkpoints volume, that volume read-only at its mount path
+  (`TORCHRUN_CHECKPOINT_DIR`): rank 0's sidecar tells the newest checkpoint with its reports;
 - with the queue's `debug.stackDumps: true` only, `shareProcessNamespace: true`, so
   `kubectl torchrun stack` can run py-spy in the sidecar against the training processes (without
   it the containers see only their own processes). With `debug.stackDumps: true` (off by default:
@@ -29,6 +31,7 @@ from typing import Any
 
 from controller.api import TorchrunJob, TorchrunQueue
 from controller.api.torchrunqueue import RESERVED_PER_WORKER_POD
+from controller.torchrunjob.manifests.storage import CHECKPOINTS_VOLUME
 
 REPORTER_CONTAINER = "progress-reporter"
 PROGRESS_VOLUME = "torchrun-progress"
@@ -71,6 +74,11 @@ def reporter_container(
         env.append({"name": "TORCHRUN_PROGRESS_URL", "value": settings.url})
     if settings.ca:
         env.append({"name": "TORCHRUN_PROGRESS_CA", "value": settings.ca})
+    checkpoints = queue.spec.storage.checkpoints
+    mounts: list[dict[str, Any]] = []
+    if checkpoints.enabled:  # rank 0's sidecar tells the newest checkpoint (progress/saved.py)
+        env.append({"name": "TORCHRUN_CHECKPOINT_DIR", "value": checkpoints.mount_path})
+        mounts.append({"name": CHECKPOINTS_VOLUME, "mountPath": checkpoints.mount_path, "readOnly": True})
     if stack_dumps_allowed(queue):
         security: dict[str, Any] = {
             "runAsUser": 0,
@@ -96,6 +104,7 @@ def reporter_container(
         "volumeMounts": [
             {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True},
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+            *mounts,
         ],
         "resources": {
             # all the controller reserves of a worker pod's nodeResources (podresources.py)
