@@ -232,6 +232,46 @@ def test_a_report_becomes_status_progress_and_the_standby_accepts_none(cluster: 
     assert "PROGRESS" in printed and "42%" in printed
 
 
+def test_a_running_job_has_an_eta_and_a_suspended_one_keeps_its_step_but_has_none(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Issue 31 item 3: an estimate only while the job runs (a failed job showed `ETA 0s`), both
+    in `status.progress` and in `kubectl torchrun status`."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "eta", numNodes=1)
+    tok = token(bed, worker_pod(cluster, ns, "eta"))
+    assert post(bed.leader.url, tok, report("eta", 10, age=10))[0] == 200
+    assert post(bed.leader.url, tok, report("eta", 30))[0] == 200  # 2 steps/s: 35 s to step 100
+    running = wait_until(
+        lambda: (s := job_status(cluster, ns, "eta")).get("progress", {}).get("step") == 30 and s,
+        20,
+        message="status.progress at step 30",
+    )
+    assert running["phase"] == "Running" and running["progress"]["eta"], running["progress"]
+    assert "ETA " in torchrun_status(cluster, ns, "eta")
+
+    cluster.kubectl(
+        "patch", "torchrunjob", "eta", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    suspended = wait_until(
+        lambda: (s := job_status(cluster, ns, "eta")).get("phase") == "Suspended" and s,
+        30,
+        message="Suspended",
+    )
+    assert suspended["progress"]["step"] == 30 and "eta" not in suspended["progress"], suspended["progress"]
+    printed = torchrun_status(cluster, ns, "eta")
+    assert "step 30/100" in printed and "ETA" not in printed, printed
+
+
+def torchrun_status(cluster: Cluster, ns: str, job: str) -> str:
+    """`kubectl torchrun status JOB` in-process: its `Progress:` line."""
+    out, err = io.StringIO(), io.StringIO()
+    code = plugin_main(["--kubeconfig", str(cluster.kubeconfig), "-n", ns, "status", job], Console(out, err))
+    assert code == 0, err.getvalue()
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("Progress:")]
+    return line
+
+
 def test_reports_that_prove_nothing_are_refused(cluster: Cluster, bed: Bed) -> None:
     ns, url = bed.namespace, bed.leader.url
     make_job(cluster, ns, bed.queue, "job-a", numNodes=1)
