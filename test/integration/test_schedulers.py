@@ -1167,8 +1167,9 @@ class TestRealKueue:
     ) -> None:
         """A ClusterQueue with the GPUs of one 2-node job (16): the first job is admitted and runs;
         the second is held — its Job suspended, no pod, its Workload `QuotaReserved=False Pending`
-        naming the GPUs it lacks, quoted by `Running=False WaitingForKueue` — for as long as the first holds the quota (sampled, not assumed);
-        the first job deleted, Kueue admits the second into the freed quota and it runs."""
+        naming the GPUs it lacks, quoted by `Running=False WaitingForKueue` — for as long as the
+        first holds the quota (sampled, not assumed); the first job deleted, Kueue admits the
+        second into the freed quota and it runs."""
         cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
         queue = make_queue(
             scheduling={"scheduler": "kueue"}, kueueLocalQueue=local_queue(cluster, namespace, cq)
