@@ -21,7 +21,9 @@
 # PATH that imports this checkout's `controller` and the node agent's dependencies from outside
 # the checkout, else hack/venv.sh's).
 # TORCHRUN_REAL_NODE=1 adds one real node, `realnode-0` (hack/testbed/realnode.sh: containerd,
-# kubelet, bridge CNI, CoreDNS; root only), components containerd, coredns and kubelet.
+# kubelet, bridge CNI, CoreDNS, kube-proxy; root only), components containerd, coredns, kubelet and
+# kube-proxy; the API server is then reachable from its pods (the `kubernetes` Service), and
+# kube-controller-manager also runs Deployments.
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"
@@ -79,7 +81,9 @@ ensure_pki() {
     openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -days 3650 \
       -subj "/CN=torchrun-testbed-ca" -out "$PKI/ca.crt" 2>/dev/null
   fi
-  cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+  # the names a client may use: loopback, the `kubernetes` Service (its ClusterIP, the first of
+  # SERVICE_CIDR, and DNS names) and the real node's address, where pods reach it
+  cert apiserver kube-apiserver "" "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1,IP:$REAL_NODE_IP"
   cert admin admin system:masters
   cert controller-manager system:kube-controller-manager
   cert scheduler system:kube-scheduler
@@ -161,15 +165,23 @@ YAML
 
 start_apiserver() {
   write_audit_policy
+  # loopback only, and no `kubernetes` endpoints (nothing routes a ClusterIP); with the real node,
+  # every address (realnode.sh's table keeps all but loopback and the bridge out) and the node's
+  # address advertised as the `kubernetes` endpoints, so its pods reach it through kube-proxy
+  local listen=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+  if realnode_mode; then
+    realnode_claim_host || return 1
+    listen=(--bind-address 0.0.0.0 --advertise-address "$REAL_NODE_IP" --endpoint-reconciler-type lease)
+  fi
   launch kube-apiserver "$KUBE_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    "${listen[@]}" --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" --authorization-mode RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
-    --enable-priority-and-fairness=false --endpoint-reconciler-type none \
+    --service-cluster-ip-range "$SERVICE_CIDR" --allow-privileged=true \
+    --enable-priority-and-fairness=false \
     --disable-admission-plugins TaintNodesByCondition \
     --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
     --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key" \
@@ -330,6 +342,7 @@ start_component() {
     containerd) start_containerd ;;
     coredns) realnode_ports; start_coredns ;;
     kubelet) realnode_ports; start_kubelet ;;
+    kube-proxy) realnode_ports; start_kube_proxy ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }

@@ -13,8 +13,8 @@ Unit tests never touch these fixtures, so `pytest test/unit` needs no control pl
 
 The tiers are marked here, by directory, so no module can forget its marker: everything in
 test/integration and test/e2e is `integration` (the control plane, programs and images built by
-hack/), test/e2e is also `e2e`, and test/e2e/test_realnode.py is also `realnode` (root, and a real
-node on this host); `-m "not integration"` is the unit tests alone.
+hack/), test/e2e is also `e2e`, and test/e2e/test_realnode*.py are also `realnode` (root, and a
+real node on this host); `-m "not integration"` is the unit tests alone.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
 
 TEST_DIR = Path(__file__).resolve().parent
-TIERS = {"integration": ("integration", "e2e"), "e2e": ("e2e",), "realnode": ("e2e/test_realnode.py",)}
+TIERS = {
+    "integration": ("integration", "e2e"),
+    "e2e": ("e2e",),
+    "realnode": ("e2e/test_realnode",),  # test_realnode.py, test_realnode_*.py
+}
 
 
 def tiers(path: Path) -> list[str]:

@@ -12,6 +12,9 @@ KWOK_BIN="$BIN_DIR/kwok-$KWOK_VERSION"
 # Runtime state of a running control plane (certs, etcd data, logs, kubeconfig).
 RUN_DIR="${TORCHRUN_RUN_DIR:-$CACHE_DIR/run}"
 KUBECONFIG_PATH="$RUN_DIR/admin.kubeconfig"
+# The Services' ClusterIP range (kube-apiserver's --service-cluster-ip-range); the real node's pods
+# route it to the node, where kube-proxy's rules are
+SERVICE_CIDR=10.96.0.0/16
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -1,9 +1,20 @@
 # The real node of the test bed (SPEC §10), sourced by hack/controlplane.sh when
 # TORCHRUN_REAL_NODE=1: containerd (its own config, socket, root and state under the run dir),
 # runc, bridge CNI, a kubelet registered as `realnode-0` with certificates from the test bed's CA,
-# CoreDNS serving cluster.local from the API server, and fake `nvidia.com/gpu` capacity patched on
-# the node. Pods run there for real: real images (imported with `ctr`, no registry), real volumes,
-# real processes in real namespaces and cgroups.
+# CoreDNS serving cluster.local from the API server, kube-proxy (nftables mode) routing Services'
+# ClusterIPs, and fake `nvidia.com/gpu` capacity patched on the node. Pods run there for real:
+# real images (imported with `ctr`, no registry), real volumes, real processes in real namespaces
+# and cgroups.
+#
+# The pods reach Services as in a cluster: the CNI gives them a route to the Service range through
+# the node's address, kube-proxy DNATs a ClusterIP to the Service's endpoints (masquerading every
+# Service connection, so replies come back through the node whatever pod answers), and the host
+# forwards between them (net.ipv4.ip_forward, saved and put back). The API server is one of those
+# Services (`kubernetes`, 10.96.0.1:443): with the real node it listens on every address, advertises
+# the node's (its `kubernetes` endpoints, written by its lease reconciler), and its certificate names
+# both; a table of ours (`inet torchrun-realnode`) drops connections to its port that arrive on any
+# interface but loopback and the bridge, so the host does not expose it. In-cluster config works
+# from a pod.
 #
 # The node is tainted `torchrun.ai/real-node=true:NoSchedule` and labelled
 # `torchrun.ai/real-node=true`, so only pods that ask for it land there (a queue pins itself with
@@ -33,9 +44,14 @@ CONTAINERD_SOCK="$REAL_NODE_DIR/containerd/containerd.sock"
 # containerd's root (image content and unpacked snapshots) outlives a run, like the other caches, so
 # a warm `up` imports nothing; its state (tasks, mounts, sockets) is the run's
 CONTAINERD_ROOT="$CACHE_DIR/realnode-containerd"
-# the sysctls kubelet sets (kubelet's setupKernelTunables) and the bridge plugin may set
+# the sysctls kubelet sets (kubelet's setupKernelTunables), the bridge plugin may set, `up` sets
+# (ip_forward: Service traffic between pods goes through the node) and kube-proxy may set
 REAL_NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
-  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+  kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.route_localnet)
+# the nftables tables kube-proxy makes (nftables mode, each IP family) and ours: `down` deletes those
+# that were absent before `up`; one that was there before `up` means another kube-proxy runs here
+REAL_NODE_NFT_TABLES=("ip kube-proxy" "ip6 kube-proxy" "inet torchrun-realnode")
+KUBE_PROXY="$KUBE_BIN/kube-proxy"
 # host paths that kubelet and containerd create whatever their configured directories are
 REAL_NODE_HOST_PATHS=(/var/log/containers /var/log/pods /run/netns /var/run/netns /run/containerd
   /var/lib/kubelet /var/lib/cni /opt/containerd /etc/kubernetes)
@@ -51,11 +67,12 @@ realnode_binaries() {  # sets KUBELET, COREDNS, PAUSE_*, CONTROLLER_*, TRAIN_* f
 realnode_record_host() {  # what `down` must restore, written once, before the first change
   mkdir -p "$REAL_NODE_DIR"
   [ -f "$REAL_NODE_DIR/host.saved" ] && return 0
-  local key path
+  local key path table
   {
     for key in "${REAL_NODE_SYSCTLS[@]}"; do echo "sysctl $key $(sysctl -n "$key")"; done
     for path in "${REAL_NODE_HOST_PATHS[@]}"; do [ -e "$path" ] || echo "absent $path"; done
     for path in /run/netns/*; do [ -e "$path" ] && echo "netns $path"; done
+    for table in "${REAL_NODE_NFT_TABLES[@]}"; do nft list table $table >/dev/null 2>&1 || echo "nft $table"; done
   } > "$REAL_NODE_DIR/host.saved.tmp"
   mv "$REAL_NODE_DIR/host.saved.tmp" "$REAL_NODE_DIR/host.saved"
 }
@@ -66,9 +83,12 @@ realnode_network() {  # the pods' bridge, with the node's address on it, and the
     ip addr add "$REAL_NODE_IP/${REAL_NODE_SUBNET#*/}" dev "$REAL_NODE_BRIDGE"
   fi
   ip link set "$REAL_NODE_BRIDGE" up
+  # a ClusterIP's connection is DNATed on the node to a pod on the bridge: the node forwards it
+  sysctl -qw net.ipv4.ip_forward=1
   mkdir -p "$REAL_NODE_DIR/cni/net.d" "$REAL_NODE_DIR/cni/ipam"
-  # isGateway false: the bridge already has the node's address (the pods' DNS server is on-link),
-  # and the bridge plugin would turn on the host's ip_forward for a gateway; no masquerade rules
+  # isGateway false: the bridge already has the node's address (the pods' DNS server is on-link);
+  # no masquerade rules of the plugin's (kube-proxy's masquerade Service traffic); the one route
+  # the pods get leads to the Service range through the node, where kube-proxy's rules are
   cat > "$REAL_NODE_DIR/cni/net.d/10-torchrun.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -83,6 +103,7 @@ realnode_network() {  # the pods' bridge, with the node's address on it, and the
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$REAL_NODE_SUBNET", "rangeStart": "${REAL_NODE_SUBNET%.*}.10"}]],
+        "routes": [{"dst": "$SERVICE_CIDR", "gw": "$REAL_NODE_IP"}],
         "dataDir": "$REAL_NODE_DIR/cni/ipam"
       }
     }
@@ -170,9 +191,10 @@ realnode_images() {  # the pause, controller and training images, imported unles
 
 realnode_ports() {
   if [ ! -f "$REAL_NODE_DIR/ports.env" ]; then
-    read -r a b c < <(free_ports 3)
+    read -r a b c d e < <(free_ports 5)
     printf 'KUBELET_PORT=%s\nKUBELET_HEALTHZ_PORT=%s\nCOREDNS_READY_PORT=%s\n' "$a" "$b" "$c" \
       > "$REAL_NODE_DIR/ports.env"
+    printf 'KUBE_PROXY_HEALTHZ_PORT=%s\nKUBE_PROXY_METRICS_PORT=%s\n' "$d" "$e" >> "$REAL_NODE_DIR/ports.env"
   fi
   source "$REAL_NODE_DIR/ports.env"
 }
@@ -198,6 +220,8 @@ metadata: {name: "testbed:coredns"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "testbed:coredns"}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}]
 YAML
+  # kube-proxy is user system:kube-proxy, which the API server's own bootstrap binding
+  # system:node-proxier grants what it reads (Services, EndpointSlices, Nodes) and Events
 }
 
 start_coredns() {
@@ -263,6 +287,62 @@ YAML
     wait --for=condition=Ready "node/$REAL_NODE" --timeout=1s
 }
 
+realnode_guard() {  # the API server listens on every address with the real node: only loopback
+  # and the bridge reach its port (a table of ours, recorded and deleted by `down`)
+  nft -f - <<NFT
+table inet torchrun-realnode
+delete table inet torchrun-realnode
+table inet torchrun-realnode {
+  chain input {
+    type filter hook input priority filter; policy accept;
+    tcp dport $APISERVER_PORT iifname != { "lo", "$REAL_NODE_BRIDGE" } drop
+  }
+}
+NFT
+}
+
+start_kube_proxy() {  # routes the Services' ClusterIPs on this host (nftables mode, its own tables)
+  local dir="$REAL_NODE_DIR/kube-proxy"
+  mkdir -p "$dir"
+  # conntrack limits and timeouts 0: left as the host has them (kube-proxy would raise them);
+  # NodePorts only on the node's address; oomScoreAdj 0: this host may forbid lowering it
+  cat > "$dir/config.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $RUN_DIR/kube-proxy.kubeconfig}
+hostnameOverride: $REAL_NODE
+bindAddress: $REAL_NODE_IP
+healthzBindAddress: 127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$KUBE_PROXY_METRICS_PORT
+mode: nftables
+nftables: {masqueradeAll: true, syncPeriod: 30s, minSyncPeriod: 0s}
+clusterCIDR: $REAL_NODE_SUBNET
+detectLocalMode: ClusterCIDR
+nodePortAddresses: [$REAL_NODE_IP/32]
+oomScoreAdj: 0
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+YAML
+  launch kube-proxy "$KUBE_PROXY" --config "$dir/config.yaml" -v=1
+  wait_for kube-proxy 60 curl -fsS "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/healthz"
+  # the API server's own Service is programmed: in-cluster config works from the first pod
+  wait_for "kube-proxy's rules for the kubernetes Service" 60 realnode_routes_kubernetes
+}
+
+realnode_kubernetes_ip() {
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get service kubernetes -n default -o jsonpath='{.spec.clusterIP}'
+}
+
+realnode_routes_kubernetes() {
+  local ip; ip=$(realnode_kubernetes_ip) || return 1
+  nft list table ip kube-proxy 2>/dev/null | grep -qF "$ip" \
+    && [ -n "$("$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get endpointslices -n default \
+      -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[*].endpoints[*].addresses[0]}')" ]
+}
+
+# realnode_mode: true when this run has (or is bringing up) the real node; decides how the API
+# server listens and which controllers kube-controller-manager runs, on `up` and on a later `start`
+realnode_mode() { [ "${TORCHRUN_REAL_NODE:-0}" = 1 ] || [ -f "$REAL_NODE_DIR/host.saved" ]; }
+
 realnode_gpus() {  # fake nvidia.com/gpu capacity (kubelet keeps extended resources it does not manage)
   "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" patch node "$REAL_NODE" --subresource=status --type=json \
     -p "[{\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$REAL_NODE_GPUS\"}]" >/dev/null
@@ -274,21 +354,38 @@ realnode_has_gpus() {
     -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$REAL_NODE_GPUS" ]
 }
 
-realnode_up() {
+realnode_claim_host() {  # refuse a host that has a real node or a kube-proxy already; record
+  # what `down` restores, then guard the API server's port (it listens on every address with the
+  # real node). Runs before the API server starts and again in realnode_up: once recorded, skipped.
   [ "$(id -u)" -eq 0 ] || { log "the real node needs root"; return 1; }
-  realnode_binaries || { log "the real node's binaries or images did not build"; return 1; }
-  if [ ! -f "$REAL_NODE_DIR/host.saved" ] && ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then
+  [ -f "$REAL_NODE_DIR/host.saved" ] && { realnode_guard; return 0; }
+  if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then
     log "another real node runs on this machine (the bridge $REAL_NODE_BRIDGE exists): one per machine;"
     log "stop it with its own 'hack/controlplane.sh down' (TORCHRUN_RUN_DIR of that run) first"
     return 1
   fi
+  local table
+  for table in "ip kube-proxy" "ip6 kube-proxy"; do
+    if nft list table $table >/dev/null 2>&1; then
+      log "the nftables table '$table' exists: another kube-proxy runs on this host; not starting one beside it"
+      return 1
+    fi
+  done
   realnode_record_host
+  realnode_guard
+}
+
+realnode_up() {
+  realnode_binaries || { log "the real node's binaries or images did not build"; return 1; }
+  realnode_claim_host || return 1
   realnode_ports
   cert kubelet-client "system:node:$REAL_NODE" system:nodes
   cert kubelet-serving "$REAL_NODE" "" "DNS:$REAL_NODE,IP:$REAL_NODE_IP"
   cert coredns system:coredns
+  cert kube-proxy system:kube-proxy
   kubeconfig kubelet kubelet-client
   kubeconfig coredns coredns
+  kubeconfig kube-proxy kube-proxy
   realnode_rbac
   realnode_network
   realnode_cgroups
@@ -298,8 +395,10 @@ realnode_up() {
   realnode_images
   start_coredns
   start_kubelet
+  start_kube_proxy
   realnode_gpus
-  log "real node $REAL_NODE up: kubelet on $REAL_NODE_IP:$KUBELET_PORT, CoreDNS on $REAL_NODE_IP:53"
+  log "real node $REAL_NODE up: kubelet on $REAL_NODE_IP:$KUBELET_PORT, CoreDNS on $REAL_NODE_IP:53," \
+    "kube-proxy (nftables), the API server at $REAL_NODE_IP:$APISERVER_PORT and $(realnode_kubernetes_ip):443"
 }
 
 realnode_drain() {  # delete the node's pods through the API and wait for kubelet to stop them
@@ -369,6 +468,7 @@ realnode_restore_host() {  # put back what realnode_record_host saved
     case $kind in
       sysctl) [ "$(sysctl -n "$key")" = "$value" ] || sysctl -qw "$key=$value" ;;
       absent) [ -e "$key" ] && rm -rf --one-file-system "$key" ;;
+      nft) nft list table "$key" "$value" >/dev/null 2>&1 && nft delete table "$key" "$value" ;;
     esac
   done < "$saved"
   rm -f "$saved"
@@ -377,6 +477,7 @@ realnode_restore_host() {  # put back what realnode_record_host saved
 realnode_down() {
   [ -d "$REAL_NODE_DIR" ] || return 0
   realnode_drain
+  stop_component kube-proxy
   stop_component kubelet
   realnode_containers_down
   stop_component coredns
@@ -394,4 +495,8 @@ realnode_leftovers() {  # what the real node may leave on the host; prints nothi
     if [ -d "$h/$REAL_NODE_CGROUP" ]; then echo "cgroup $h/$REAL_NODE_CGROUP"; fi
   done
   pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
+  local table
+  for table in "${REAL_NODE_NFT_TABLES[@]}"; do
+    if nft list table $table >/dev/null 2>&1; then echo "nftables table $table"; fi
+  done
 }

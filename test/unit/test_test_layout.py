@@ -111,5 +111,5 @@ def test_the_tiers_are_marked_by_directory_and_not_integration_is_the_unit_tests
 
     assert marked("integration") == tier["integration"] | tier["e2e"]
     assert marked("e2e") == tier["e2e"]
-    assert marked("realnode") == {n for n in tier["e2e"] if n.startswith("test/e2e/test_realnode.py::")}
+    assert marked("realnode") == {n for n in tier["e2e"] if n.startswith("test/e2e/test_realnode")}
     assert marked("realnode")

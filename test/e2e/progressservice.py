@@ -1,0 +1,283 @@
+"""Two controller replicas behind the shipped progress Service on the real node, and a job whose
+reporter's final flush must land: shared by test_realnode_progress_service.py (3 runs) and
+hack/bench/progress_service.py (20 in a row).
+
+The controller runs as the shipped Deployment (`kubectl apply -k config/`) on the real node: its
+pods reach the API server through the `kubernetes` Service (in-cluster config, kube-proxy), and
+the reporters reach the controller through `torchrun-controller-progress` by its DNS name
+(CoreDNS) and ClusterIP (kube-proxy) — the cluster routes every report, nothing here picks an
+address. Test-only changes to the shipped manifests, each said where it is made (`install`): the
+image (this checkout's, imported on the node), a nodeSelector and toleration for the real node,
+`--sync-image` and `--progress-period=5`. The Deployment's podAntiAffinity is
+`preferred...`, so both replicas fit on the one node as shipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from plugincli import PLUGIN, plugin_env
+from testbed import CONTROLPLANE, REPO, Cluster, cache_dir, condition, kubectl_binary, wait_until
+
+NODE = "realnode-0"
+SYSTEM = "torchrun-system"
+SERVICE = "torchrun-controller-progress"
+LEADER_LABEL = "torchrun.ai/leader"
+REAL_NODE_TOLERATION = {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
+REPORT_STEPS = Path(__file__).parent / "realnode" / "report_steps.py"
+STEPS = 20
+
+
+@dataclass
+class RealNode:
+    cluster: Cluster
+    env: dict[str, str]
+    images: dict[str, str]  # PAUSE_IMAGE, CONTROLLER_IMAGE, TRAIN_IMAGE
+
+
+@contextmanager
+def real_node(name: str) -> Iterator[RealNode]:
+    """A control plane of its own with the real node (`TORCHRUN_REAL_NODE=1`, one fake node), the
+    CRDs installed; `down` on exit, which must leave nothing on the host (`leftovers`)."""
+    if os.geteuid() != 0:
+        raise RuntimeError("the real node needs root (containerd, kubelet, cgroups, a bridge, kube-proxy)")
+    run_dir = cache_dir() / f"run-{name}-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}
+    try:
+        up = subprocess.run(
+            [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
+        )
+        if up.returncode != 0:
+            raise RuntimeError(f"the control plane with the real node did not come up:\n{up.stderr[-4000:]}")
+        images = dict(
+            line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
+        )
+        cluster = Cluster(
+            run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl_binary()
+        )
+        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
+        cluster.wait_established()
+        yield RealNode(cluster, env, images)
+    finally:
+        subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=300)
+        left = subprocess.run(
+            [str(CONTROLPLANE), "leftovers"], env=env, check=False, capture_output=True, text=True, timeout=60
+        ).stdout
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if left.strip():
+            raise RuntimeError(f"the real node left this on the host after down:\n{left}")
+
+
+def shipped_config(cluster: Cluster) -> list[dict[str, Any]]:
+    """`kubectl kustomize config/`: what `kubectl apply -k config/` would apply."""
+    out = cluster.kubectl("kustomize", str(REPO / "config")).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def install(real: RealNode, service_selects_every_replica: bool = False) -> None:
+    """The shipped config/ with the test-only changes of the module docstring, both replicas
+    Ready and one leading. `service_selects_every_replica` puts back the progress Service of
+    before the leader label (it selected both replicas): the benchmark's comparison only."""
+    image = real.images["CONTROLLER_IMAGE"]
+    docs = shipped_config(real.cluster)
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            pod = doc["spec"]["template"]["spec"]
+            (c,) = pod["containers"]
+            c["image"] = image  # test-only: this checkout's image, imported on the node
+            c["args"] += [f"--sync-image={image}", "--progress-period=5"]  # test-only
+            pod["nodeSelector"] = {**pod.get("nodeSelector", {}), "kubernetes.io/hostname": NODE}  # test-only
+            pod["tolerations"] = [
+                {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
+            ]
+        if service_selects_every_replica and doc["kind"] == "Service" and doc["metadata"]["name"] == SERVICE:
+            doc["spec"]["selector"].pop(LEADER_LABEL)
+    text = "".join("---\n" + yaml.safe_dump(d) for d in docs)
+    real.cluster.kubectl("apply", "--server-side", "-f", "-", input=text)
+    wait_until(
+        lambda: ready_replicas(real.cluster) == 2, 240, interval=1, message=diagnose_system(real.cluster)
+    )
+    wait_until(lambda: leader_pod(real.cluster), 120, interval=0.5, message="a replica to lead")
+
+
+def ready_replicas(cluster: Cluster) -> int:
+    status = cluster.get("deployment", "torchrun-controller", "-n", SYSTEM).get("status") or {}
+    return int(status.get("readyReplicas") or 0)
+
+
+def replicas(cluster: Cluster) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = cluster.get(
+        "pods", "-n", SYSTEM, "-l", "app.kubernetes.io/name=torchrun-controller"
+    )["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def leader_pod(cluster: Cluster) -> str:
+    """The pod whose replica holds the Lease (identity `<hostname>_<random>`; a pod's hostname is
+    its name), or ""."""
+    proc = cluster.kubectl("get", "lease", "torchrun-controller", "-n", SYSTEM, "-o", "json", check=False)
+    if proc.returncode != 0:
+        return ""
+    holder = str(yaml.safe_load(proc.stdout)["spec"].get("holderIdentity") or "")
+    return holder.rpartition("_")[0]
+
+
+def endpoints(cluster: Cluster) -> set[str]:
+    """The pods the progress Service routes to (its EndpointSlices)."""
+    slices = cluster.get("endpointslices", "-n", SYSTEM, "-l", f"kubernetes.io/service-name={SERVICE}")
+    return {
+        e["targetRef"]["name"]
+        for s in slices["items"]
+        for e in s.get("endpoints") or ()
+        if e.get("targetRef") and (e.get("conditions") or {}).get("ready")
+    }
+
+
+def reports(cluster: Cluster) -> dict[str, dict[str, float]]:
+    """Each replica's `torchrun_progress_reports_total` by result (its /metrics, read from this
+    host at the pod's address on the bridge)."""
+    out = {}
+    for pod in replicas(cluster):
+        ip = pod["status"].get("podIP")
+        if not ip:
+            continue
+        with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        counts = {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(r'^torchrun_progress_reports_total\{result="(\d+)"\} (\S+)$', text, re.M)
+        }
+        out[pod["metadata"]["name"]] = counts
+    return out
+
+
+def make_queue(real: RealNode) -> str:
+    """A 1-GPU queue pinned to the real node, running Debian's torch image as a non-root user."""
+    name = "progress-service"
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeResources": {"gpus": 1, "cpus": "500m", "memory": "1Gi"},
+                "image": real.images["TRAIN_IMAGE"],
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
+                "storage": {"workspace": {"sizePerGPU": "1Gi"}, "shmSizePerGPU": "128Mi"},
+                "scheduling": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "tolerations": [REAL_NODE_TOLERATION],
+                },
+            },
+        }
+    )
+    try:
+        wait_until(
+            lambda: (
+                (condition(real.cluster.get("torchrunqueue", name), "Ready") or {}).get("status") == "True"
+            ),
+            60,
+            message=f"queue {name} Ready",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnose_system(real.cluster)}") from exc
+    return name
+
+
+@dataclass
+class Run:
+    name: str
+    last_step: int | None  # status.progress.step once the job succeeded
+    seconds: float
+    leader: str
+
+
+def final_step_run(real: RealNode, namespace: str, queue: str, name: str, project: Path) -> Run:
+    """One job of `report_steps.py`: it reports STEPS steps, the last at its exit; the worker
+    pod's reporter sidecar pushes it through the Service, on SIGTERM (its final flush) unless its
+    regular push came first. Returns
+    the step the job's status ends at (None: never reached within a minute of success)."""
+    cluster, started = real.cluster, time.monotonic()
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": name},
+            "spec": {
+                "jobQueue": queue,
+                "numNodes": 1,
+                "command": f"python {REPORT_STEPS.name} --steps {STEPS}",
+                "workspace": {"source": "upload"},
+            },
+        },
+        namespace,
+    )
+    sync = subprocess.run(
+        [str(PLUGIN), "-n", namespace, "sync", name, "--detach"],
+        cwd=project,
+        env=plugin_env(cluster),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert sync.returncode == 0, f"upload failed: {sync.stderr}"
+
+    def status() -> dict[str, Any]:
+        got: dict[str, Any] = cluster.get("torchrunjob", name, "-n", namespace).get("status") or {}
+        return got
+
+    def finished() -> dict[str, Any] | None:
+        st = status()
+        assert st.get("phase") != "Failed", st
+        return st if st.get("phase") == "Succeeded" else None
+
+    wait_until(finished, 300, interval=0.5, message=f"job {name} to succeed")
+    try:
+        final = wait_until(
+            lambda: (status().get("progress") or {}).get("step") == STEPS and status(),
+            60,
+            interval=0.5,
+            message=f"job {name}'s last step in its status",
+        )
+        step: int | None = final["progress"]["step"]
+    except AssertionError:
+        step = (status().get("progress") or {}).get("step")
+    leader = leader_pod(cluster)
+    cluster.kubectl(
+        "delete", "torchrunjob", name, "-n", namespace, "--wait=true", "--timeout=120s", check=False
+    )
+    return Run(name, step, time.monotonic() - started, leader)
+
+
+def project(tmp: Path) -> Path:
+    """A project directory holding report_steps.py."""
+    path = tmp / "project"
+    path.mkdir(exist_ok=True)
+    shutil.copy(REPORT_STEPS, path / REPORT_STEPS.name)
+    return path
+
+
+def diagnose_system(cluster: Cluster) -> str:
+    """For a message: the controller's pods, their events and their logs."""
+    out = [cluster.kubectl("get", "pods", "-n", SYSTEM, "-o", "wide", check=False).stdout]
+    out.append(cluster.kubectl("get", "events", "-n", SYSTEM, check=False).stdout[-3000:])
+    for pod in cluster.get("pods", "-n", SYSTEM)["items"]:
+        name = pod["metadata"]["name"]
+        out.append(f"-- {name}: {pod['status'].get('reason')} {pod['status'].get('message')}")
+        for previous in ("--previous=true", "--previous=false"):
+            got = cluster.kubectl("logs", "-n", SYSTEM, name, "--tail=20", previous, check=False)
+            out.append(f"{previous}:\n{(got.stdout + got.stderr)[-2500:]}")
+    return "\n".join(out)
