@@ -1197,7 +1197,18 @@ class TestRealKueue:
         workload = wait_until(held, 60, 0.5, message="Kueue holds the second job")
         why = (condition(workload, "QuotaReserved") or {})["message"]
         assert f"insufficient unused quota for nvidia.com/gpu in flavor {real_kueue.flavor}" in why, why
-        job_condition(cluster, namespace, "Running", "WaitingForKueue", name="second")
+
+        def quoted() -> dict[str, Any] | None:
+            """Running=False WaitingForKueue quoting the Workload (a message-only change of the
+            condition may wait the controller's COUNTS_BATCH before it is written)."""
+            tj = cluster.get("torchrunjob", "second", "-n", namespace)
+            running = condition(tj, "Running") or {}
+            said = running.get("reason") == "WaitingForKueue" and "insufficient unused quota" in running.get(
+                "message", ""
+            )
+            return running if said else None
+
+        wait_until(quoted, 30, 0.5, message="the job quotes Kueue")
         # it stays held while the first runs: every sample, up to the moment the first is deleted
         for _ in range(6):
             assert held() is not None, workload_of(cluster, namespace, "second")
