@@ -3,6 +3,9 @@ and `status.progress` (job).
 
 - `spec.progress` of a job overrides its queue's `spec.progress` field by field (`effective`);
   neither set means no stall timeout: a job is never called stalled unless someone asked.
+- `startupTimeoutSeconds` bounds the time from the workers' start to the first training step
+  reported (rendezvous, NCCL init and the first batch hang before any record can be written):
+  then `StartupStalled` (controller/progress/stall.py `starting`).
 - `status.progress` is what the reporter sidecars last said, written by the controller at most
   once per `--progress-period` per job; `metrics` holds the user's numbers, at most 32 (the
   reporter's and the controller's parser drop the rest, `controller.progress.record`).
@@ -48,12 +51,24 @@ class ProgressPolicy:
             "against failurePolicy.maxRestarts. None when absent."
         ),
     )
+    startup_timeout_seconds: int | None = field(
+        default=None,
+        metadata=api(
+            "Seconds from the workers' start (the newest start of the attempt's training containers, "
+            "once every worker runs) within which some rank must report a training step (a record "
+            "with a step); else Progressing=False StartupStalled and onStall applies. When absent, a "
+            "job that reported a step in an earlier attempt gets stallTimeoutSeconds; one that never "
+            "did is never called StartupStalled.",
+            schema={"minimum": 10, "maximum": 7 * 86400, "format": "int32"},
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class EffectivePolicy:
     stall_timeout_seconds: int | None
     on_stall: OnStall
+    startup_timeout_seconds: int | None = None
 
 
 def effective(job: ProgressPolicy | None, queue: ProgressPolicy | None) -> EffectivePolicy:
@@ -63,7 +78,10 @@ def effective(job: ProgressPolicy | None, queue: ProgressPolicy | None) -> Effec
     if timeout is None:
         timeout = queue.stall_timeout_seconds
     on_stall = job.on_stall or queue.on_stall or OnStall.NONE
-    return EffectivePolicy(timeout, on_stall)
+    startup = job.startup_timeout_seconds
+    if startup is None:
+        startup = queue.startup_timeout_seconds
+    return EffectivePolicy(timeout, on_stall, startup)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,24 @@ healthy jobs for it would fail them. The rules, in order:
 - else progressing; the ranks silent for `timeout` or longer are named.
 `recheck_after` is when the verdict changes if no report arrives (the stall falls due, or
 reporting is lost): a timer, so nobody has to poll.
+
+The startup decision (`starting`) covers what the rules above cannot: a start that hangs before
+any training process writes a record — rendezvous, NCCL init, the first batch — sends nothing, so
+no heartbeat can prove anything and the clock cannot start at a report. It starts at the workers'
+start (`started`: the newest start of the attempt's training containers, once every worker's
+runs), and the startup is over at the first training report since then: a record with a step
+from any rank, changed at or after `started` (a record without a step says the program runs, not
+that it trains; one from before `started` is an earlier program's, e.g. before a hot reload), or
+a step the status shows with an update time at or after `started` (`shown`: the last leader heard
+it, and this one has not yet — a failover); "at or after" allows `START_SLACK` for the two
+clocks. One rank's step ends it for all: rendezvous and the process group's init are collective,
+so no rank steps before every rank is past them (and with rank-0-only reporting the other ranks
+never report at all). Without a timeout or before every
+worker runs, it does not apply; before `started + timeout`, a timer for then; after it, stalled,
+naming the ranks with no record since `started` and those whose records have no step. It needs no
+evidence that reports arrive — there is nothing to hear before a first record — so an outage of the
+reports during a start is taken for a hang: only jobs that asked (a startup timeout) or are known
+to report are checked (controller/torchrunjob/progress.py decides which).
 Pure: no clock, no I/O; the table in test/unit/test_progress_stall.py is the whole contract.
 """
 
@@ -40,6 +58,9 @@ from controller.progress.reporter import HEARTBEAT_SECONDS, MAX_BACKOFF, POLL_SE
 # the last accepted one), seen at its next poll
 HEARTBEAT_PERIOD = HEARTBEAT_SECONDS + PUSH_MIN_SECONDS + POLL_SECONDS
 LOST_FLOOR = 2 * HEARTBEAT_PERIOD + MAX_BACKOFF
+# a record changed this long before the workers' start still counts as since it: the start is the
+# node's clock in whole seconds, the change the controller's clock less the age the reporter told
+START_SLACK = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -120,5 +141,59 @@ def decide(
     return Verdict(reporting=True, silent=silent, recheck_after=until_lost, awaiting=True)
 
 
+@dataclass(frozen=True)
+class Startup:
+    """The startup verdict: `stalled` once `timeout` passed with no training report since the
+    workers' start at `since`; else `recheck_after`, the seconds until it falls due."""
+
+    since: datetime  # the workers' start: the clock's start
+    timeout: int
+    stalled: bool = False
+    never: tuple[int, ...] = ()  # ranks with no record since the workers' start
+    stepless: tuple[int, ...] = ()  # ranks whose records since then have no step
+    recheck_after: float | None = None
+
+    def message(self) -> str:
+        """What `Progressing=False StartupStalled` says: the timeout, the start, the silent ranks."""
+        start = format_time(self.since)
+        said = f"no rank reported a training step within {self.timeout}s of the workers' start at {start}"
+        if self.never:
+            said += f"; never reported: {_ranks(self.never)}"
+        if self.stepless:
+            said += f"; reported no step: {_ranks(self.stepless)}"
+        return said
+
+
+def starting(
+    ranks: Sequence[RankState],
+    nodes: int,
+    timeout: int | None,
+    now: datetime,
+    started: datetime | None,
+    shown: datetime | None = None,
+) -> Startup | None:
+    """The module docstring's startup decision for an attempt of `nodes` ranks; None when it does
+    not apply (no timeout, not every worker runs yet) or the startup is over. `shown`: the update
+    time of the step `status.progress` shows (None without a step)."""
+    if timeout is None or started is None:
+        return None
+    since = started - START_SLACK
+    if shown is not None and shown >= since:
+        return None
+    fresh = [r for r in ranks if r.changed_at >= since]
+    if any(r.step is not None for r in fresh):
+        return None
+    due = started + timedelta(seconds=timeout)
+    if now < due:
+        return Startup(since=started, timeout=timeout, recheck_after=(due - now).total_seconds())
+    heard = {r.rank for r in fresh}
+    never = tuple(r for r in range(nodes) if r not in heard)
+    return Startup(since=started, timeout=timeout, stalled=True, never=never, stepless=tuple(sorted(heard)))
+
+
+NAMED = 16  # ranks named in a message; the rest are counted
+
+
 def _ranks(ranks: Sequence[int]) -> str:
-    return ", ".join(f"rank {r}" for r in ranks)
+    named = ", ".join(f"rank {r}" for r in ranks[:NAMED])
+    return named + (f" and {len(ranks) - NAMED} more" if len(ranks) > NAMED else "")

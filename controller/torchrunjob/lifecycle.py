@@ -167,7 +167,7 @@ def attempt_ended(
         reason = Reason.RESTART_LIMIT_EXCEEDED if limit else Reason.WORKERS_FAILED
         failed = Observed(C.FAILED, True, reason, message)
     # its Job keeps recreating pods, or its ranks hang
-    still_running = outcome.reason in (Reason.RETRIABLE_LIMIT, Reason.STALLED)
+    still_running = outcome.reason in (Reason.RETRIABLE_LIMIT, Reason.STALLED, Reason.STARTUP_STALLED)
     fail = Decision(
         conditions=(Observed(C.RUNNING, False, Reason.FAILED, outcome.message), failed),
         changes={"completion_time": now},

@@ -79,6 +79,7 @@ class Reason(str, Enum):
     # Progressing (and, with onStall Restart, the attempt's outcome)
     REPORTING = "Reporting", Severity.QUIET
     STALLED = "Stalled", Severity.WARNING
+    STARTUP_STALLED = "StartupStalled", Severity.WARNING  # no training step within startupTimeoutSeconds
     REPORTING_LOST = "ReportingLost", Severity.WARNING  # Unknown: no report arrives, never an action
     # Events that are not conditions
     RETRIABLE_FAILURE = "RetriableFailure", Severity.WARNING

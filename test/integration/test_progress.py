@@ -563,3 +563,84 @@ def test_stack_answers_in_one_line_when_it_cannot_dump(cluster: Cluster, bed: Be
             assert code != 0 and out == "" and len(err.strip().splitlines()) == 1, (case, out, err)
     finally:
         cluster.kubectl("delete", "torchrunqueue", locked, "--wait=false")
+
+
+def training_started(pods: list[dict[str, Any]]) -> datetime:
+    """The workers' start as the controller counts it: the newest start of their `torchrun`
+    containers (whole seconds, as the API keeps times)."""
+    starts = [
+        c["state"]["running"]["startedAt"]
+        for pod in pods
+        for c in pod["status"]["containerStatuses"]
+        if c["name"] == "torchrun"
+    ]
+    return max(datetime.fromisoformat(s.replace("Z", "+00:00")) for s in starts)
+
+
+def test_a_start_that_hangs_before_its_first_step_is_startup_stalled_and_a_silent_job_is_never_stalled(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Issue 33's startup hangs. `slow` sets startupTimeoutSeconds 10 and onStall Restart: rank 0's
+    program reports (a record without a step) and hangs before its first step, rank 1 never
+    writes a record — StartupStalled within the timeout plus one period of the workers' start,
+    naming both kinds of silence, by the timer alone (no report comes to enqueue the job), and
+    restarted once; its next attempt steps and is Progressing again. `mute` has a stall timeout
+    and onStall Restart but no startup timeout, and its program never reports: never stalled."""
+    ns = bed.namespace
+    restart = {"onStall": "Restart"}
+    make_job(cluster, ns, bed.queue, "mute", progress={"stallTimeoutSeconds": 10, **restart})
+    make_job(
+        cluster,
+        ns,
+        bed.queue,
+        "slow",
+        progress={"startupTimeoutSeconds": 10, **restart},
+        failurePolicy={"maxRestarts": 1},
+    )
+    pods = [worker_pod(cluster, ns, "slow", i) for i in (0, 1)]
+    stepless = {"job": "slow", "record": {"total_steps": 100}, "secondsSinceChange": 0}
+    assert post(bed.leader.url, token(bed, pods[0]), stepless)[0] == 200
+    started = training_started(pods)
+
+    def restarted() -> dict[str, Any] | None:
+        obj = cluster.get("torchrunjob", "slow", "-n", ns)
+        return obj if obj.get("status", {}).get("restarts") == 1 else None
+
+    obj = wait_until(restarted, 10 + PERIOD + 20, message="the start-stalled job restarted")
+    stalled = condition(obj, "Progressing")
+    assert stalled is not None and (stalled["status"], stalled["reason"]) == ("False", "StartupStalled")
+    assert stalled["message"].endswith("never reported: rank 1; reported no step: rank 0"), stalled
+    took = (
+        datetime.fromisoformat(stalled["lastTransitionTime"].replace("Z", "+00:00")) - started
+    ).total_seconds()
+    assert 10 - 1 <= took <= 10 + PERIOD + 1, f"StartupStalled {took:.0f}s after the workers' start"
+    wait_until(
+        lambda: warned(cluster, ns, "slow", "StartupStalled", "never reported: rank 1"),
+        10,
+        message="the StartupStalled Warning",
+    )
+    wait_until(
+        lambda: warned(cluster, ns, "slow", "Restarting", "after: StartupStalled:"), 10, message="the restart"
+    )
+    # the new attempt steps within its startup timeout: Progressing again, the restart counted once
+    fresh = worker_pod(cluster, ns, "slow", 0)
+    assert fresh["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
+    assert post(bed.leader.url, token(bed, fresh), report("slow", 1))[0] == 200
+    wait_until(
+        lambda: (
+            (condition(cluster.get("torchrunjob", "slow", "-n", ns), "Progressing") or {}).get("reason")
+            == "Reporting"
+        ),
+        20,
+        message="Progressing again",
+    )
+    assert job_status(cluster, ns, "slow")["restarts"] == 1
+
+    # `mute` ran silent for longer than its stall timeout plus two periods: nothing is claimed
+    mute_started = training_started([worker_pod(cluster, ns, "mute", i) for i in (0, 1)])
+    wait = (mute_started - datetime.now(mute_started.tzinfo)).total_seconds() + 10 + 2 * PERIOD + 5
+    time.sleep(max(0.0, wait))
+    mute = cluster.get("torchrunjob", "mute", "-n", ns)
+    assert condition(mute, "Progressing") is None, condition(mute, "Progressing")
+    assert not mute["status"].get("restarts") and mute["status"].get("phase") == "Running", mute["status"]
+    assert not any(warned(cluster, ns, "mute", why) for why in ("Stalled", "StartupStalled", "Restarting"))

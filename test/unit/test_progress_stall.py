@@ -1,4 +1,4 @@
-"""The stall decision as a table, and the rate/ETA computation."""
+"""The stall decision as a table, the startup decision as one, and the rate/ETA computation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from controller.progress.eta import StepHistory, eta, percent
-from controller.progress.stall import RankState, Verdict, decide, lost_after
+from controller.progress.stall import RankState, Startup, Verdict, decide, lost_after, starting
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 LOST = 96  # no report from any rank for this long, at least: two heartbeat periods (33 s) + 30 s
@@ -172,6 +172,78 @@ def test_lost_message_says_when_the_last_report_arrived_and_that_nothing_is_done
     assert message.startswith("no progress report from any rank for 96s or more")
     assert "the last arrived at 2026-01-01T00:00:30Z, saying step 42 (rank 1)" in message
     assert "no action is taken" in message
+
+
+# -- startup: no training step since the workers started ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reported", "timeout", "now", "started", "shown", "verdict"),
+    [
+        # no startup timeout: never StartupStalled, whatever the silence
+        ((), None, 10_000, 0, None, None),
+        # not every worker runs yet: the clock has not started
+        ((), 60, 10_000, None, None, None),
+        # before the timeout: a timer for when it falls due (no report will come to say so)
+        ((), 60, 10, 0, None, Startup(since=at(0), timeout=60, recheck_after=50.0)),
+        ((), 60, 70, 30, None, Startup(since=at(30), timeout=60, recheck_after=20.0)),
+        # nothing from any rank by the timeout: a hang before any record (rendezvous, NCCL init)
+        ((), 60, 60, 0, None, Startup(since=at(0), timeout=60, stalled=True, never=(0, 1))),
+        # one rank's step since the start ends the startup for all (the world formed); the
+        # other rank never reporting is rank-0-only reporting, not a hang
+        (ranks((0, 1, 20, 20)), 60, 10_000, 0, None, None),
+        (ranks((1, 0, 59, 59)), 60, 60, 0, None, None),
+        # a record without a step says the program runs, not that it trains: the silent rank and
+        # the stepless one are named apart
+        (
+            ranks((0, None, 5, 58)),
+            60,
+            60,
+            0,
+            None,
+            Startup(since=at(0), timeout=60, stalled=True, never=(1,), stepless=(0,)),
+        ),
+        # a step from before the start (the pods of a hot reload's earlier generation) is not one
+        (
+            ranks((0, 9, -50, -1), (1, 9, -50, -1)),
+            60,
+            60,
+            0,
+            None,
+            Startup(since=at(0), timeout=60, stalled=True, never=(0, 1)),
+        ),
+        # a step the status shows since the start counts (a new leader has not heard it yet) ...
+        ((), 60, 10_000, 0, 30, None),
+        ((), 60, 10_000, 0, 0, None),
+        # ... one shown from before the start does not
+        ((), 60, 60, 0, -10, Startup(since=at(0), timeout=60, stalled=True, never=(0, 1))),
+        # a step told a few seconds before the start counts: the start is the node's clock in
+        # whole seconds, the change the controller's less the reporter's age
+        (ranks((0, 1, -4, 2)), 60, 60, 0, None, None),
+        ((), 60, 60, 0, -4, None),
+    ],
+)
+def test_startup_decision(
+    reported: tuple[RankState, ...],
+    timeout: int | None,
+    now: float,
+    started: float | None,
+    shown: float | None,
+    verdict: Startup | None,
+) -> None:
+    when = None if started is None else at(started)
+    seen = None if shown is None else at(shown)
+    assert starting(reported, 2, timeout, at(now), when, seen) == verdict
+
+
+def test_startup_stalled_message_names_the_timeout_the_start_and_the_silent_ranks() -> None:
+    message = Startup(since=at(30), timeout=300, stalled=True, never=(1, 2), stepless=(0,)).message()
+    assert message == (
+        "no rank reported a training step within 300s of the workers' start at 2026-01-01T00:00:30Z; "
+        "never reported: rank 1, rank 2; reported no step: rank 0"
+    )
+    many = Startup(since=at(0), timeout=60, stalled=True, never=tuple(range(256))).message()
+    assert many.endswith("rank 14, rank 15 and 240 more")
 
 
 # -- rate and ETA --------------------------------------------------------------------------

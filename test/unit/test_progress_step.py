@@ -1,6 +1,8 @@
 """The reconciler's progress step: at most one progress change per period, Progressing and its
 Stalled reason (only while heartbeats still arrive), ReportingLost when none does (never an
-action), a restart only with onStall Restart, and nothing for a job that never reported."""
+action), a restart only with onStall Restart, nothing for a job that never reported unless it has a
+startup timeout (or is known to report), and then StartupStalled when no training step came
+within it of the workers' start."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from jobspecs import job, queue
 
 from controller.api import ConditionStatus, TorchrunJob, find_condition, format_time
 from controller.api import JobConditionType as C
+from controller.api.progress import Progress
 from controller.cache import Indexer, Lister
 from controller.progress.record import Record
 from controller.progress.store import JobView, ProgressStore
@@ -52,10 +55,11 @@ class Passes:
         self.step = ProgressStep(ProgressSettings(self.store, period), pods)
         self.job, self.queue = j, queue(**queue_spec)
         self.outcome: st.Outcome | None = None
+        self.worker: dict[str, Any] = WORKER
 
     def run(self, now: float) -> st.StatusUpdate:
         p = st.StatusUpdate(self.job, at(now))
-        self.outcome = self.step.observe(self.job, self.queue, WORKER, p)
+        self.outcome = self.step.observe(self.job, self.queue, self.worker, p)
         self.job = dataclasses.replace(self.job, status=p.final())
         return p
 
@@ -232,3 +236,174 @@ def test_a_report_during_the_pass_brings_the_job_back_by_a_timer() -> None:
         )
         is False
     )
+
+
+# -- startup: no training step since the workers started ------------------------------------
+
+TWO_NODES = {"metadata": {"uid": "w-1"}, "spec": {"parallelism": 2}}
+
+
+def running_pod(rank: int, started: float | None, owner: str = "w-1", **meta: Any) -> dict[str, Any]:
+    """Node `rank`'s worker pod; its training container running since `started` (None: waiting)."""
+    pod = worker_pod(f"j-{rank}-{owner}", 0 if started is None else started, owner, **meta)
+    pod["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(rank)}
+    state = (
+        {"waiting": {"reason": "ContainerCreating"}}
+        if started is None
+        else {"running": {"startedAt": format_time(at(started))}}
+    )
+    pod["status"]["containerStatuses"] = [
+        {"name": "progress-reporter", "state": {"running": {"startedAt": format_time(at(0))}}},
+        {"name": "torchrun", "state": state},
+    ]
+    return pod
+
+
+def starting_passes(*pods: dict[str, Any], **spec: Any) -> Passes:
+    """Passes over a two-node job of `spec` whose worker pods are `pods`."""
+    cache = Indexer()
+    for pod in pods:
+        cache.add(pod)
+    passes = Passes(job(**spec), pods=Lister(cache))
+    passes.worker = TWO_NODES
+    return passes
+
+
+def progressing(p: st.StatusUpdate) -> tuple[ConditionStatus, str, str] | None:
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    return None if cond is None else (cond.status, cond.reason, cond.message)
+
+
+def reason(p: st.StatusUpdate) -> str | None:
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    return None if cond is None else cond.reason
+
+
+def test_a_job_that_never_reports_without_a_startup_timeout_is_never_stalled() -> None:
+    """Today's behaviour kept: a stall timeout alone says nothing about a job that never reported."""
+    passes = starting_passes(
+        running_pod(0, 0), running_pod(1, 5), progress={"stallTimeoutSeconds": 60, "onStall": "Restart"}
+    )
+    for now in (10, 65, 10_000):
+        p = passes.run(now)
+        assert progressing(p) is None and p.timers == [] and passes.outcome is None
+
+
+def test_no_step_within_the_startup_timeout_of_the_workers_start_is_startup_stalled() -> None:
+    passes = starting_passes(running_pod(0, 0), running_pod(1, 5), progress={"startupTimeoutSeconds": 60})
+    p = passes.run(10)
+    assert progressing(p) is None and p.timers == [55.0]  # the clock started with the later worker
+    p = passes.run(65)
+    assert progressing(p) == (
+        ConditionStatus.FALSE,
+        "StartupStalled",
+        "no rank reported a training step within 60s of the workers' start at 2026-01-01T00:00:05Z; "
+        "never reported: rank 0, rank 1",
+    )
+    assert [e.reason for e in st.transition_events((), p.status.conditions) if e.warning] == [
+        "StartupStalled"
+    ]
+    assert passes.outcome is None  # onStall None: the condition only
+    push(passes.store, 1, 70)  # the first step, late: progressing
+    p = passes.run(70)
+    assert progressing(p) == (ConditionStatus.TRUE, "Reporting", "step 1 of 100 reported by rank 0")
+
+
+def test_the_startup_clock_waits_for_every_worker_to_run() -> None:
+    passes = starting_passes(running_pod(0, 0), running_pod(1, None), progress={"startupTimeoutSeconds": 60})
+    p = passes.run(10_000)
+    assert progressing(p) is None and p.timers == []  # the pod's start enqueues the job, no timer
+    passes = starting_passes(
+        running_pod(0, 0), running_pod(1, 5, deletionTimestamp=format_time(at(6))),
+        progress={"startupTimeoutSeconds": 60},
+    )  # fmt: skip
+    assert progressing(passes.run(10_000)) is None  # a pod going away is no worker running
+
+
+def test_a_rank_that_reports_no_step_is_named_apart_from_the_silent_one_and_restarts() -> None:
+    """The queue's startup timeout and onStall: rank 0's program writes a record without a step
+    (it runs) and hangs before its first step; rank 1 never writes one."""
+    passes = starting_passes(
+        running_pod(0, 0),
+        running_pod(1, 0),
+        failurePolicy={"maxRestarts": 1},
+    )
+    passes.queue = queue(progress={"startupTimeoutSeconds": 60, "onStall": "Restart"})
+    passes.store.report(
+        "ns/j", job_uid="u-1", attempt="w-1", rank=0, record=Record(total_steps=100),
+        seconds_since_change=0, now=at(20),
+    )  # fmt: skip
+    p = passes.run(60)
+    cond = find_condition(p.status.conditions, C.PROGRESSING)
+    assert cond is not None and cond.reason == "StartupStalled"
+    assert cond.message.endswith("never reported: rank 1; reported no step: rank 0")
+    outcome = passes.outcome
+    assert outcome is not None and outcome.reason == "StartupStalled" and not outcome.succeeded
+    restart = lifecycle.attempt_ended(outcome, restarts=0, limit=1, ttl_seconds=None, now=at(60))
+    assert restart.changes["restarts"] == 1 and "StartupStalled" in restart.conditions[0].message
+    failed = lifecycle.attempt_ended(outcome, restarts=1, limit=1, ttl_seconds=None, now=at(60))
+    assert lifecycle.Action.DELETE_WORKERS in failed.actions  # hung ranks do not end by themselves
+
+
+def test_a_step_of_one_rank_since_the_start_ends_the_startup() -> None:
+    passes = starting_passes(running_pod(0, 0), running_pod(1, 0), progress={"startupTimeoutSeconds": 60})
+    push(passes.store, 1, 30, rank=0)  # rank 1 never reports (rank-0-only reporting)
+    p = passes.run(100)  # past the startup timeout, before reports would be lost
+    assert reason(p) == "Reporting"
+    assert passes.outcome is None
+
+
+def test_a_job_that_reported_before_gets_its_stall_timeout_for_its_startup() -> None:
+    """No startupTimeoutSeconds, but status.progress says the program reports (an earlier
+    attempt's record, kept in the API across attempts and leader failovers): the stall timeout
+    bounds the startup of this attempt, whose pods started after that record."""
+    passes = starting_passes(running_pod(0, 100), running_pod(1, 100), progress={"stallTimeoutSeconds": 60})
+    earlier = Progress(step=40, update_time=at(50), rank=0)
+    passes.job = dataclasses.replace(
+        passes.job, status=dataclasses.replace(passes.job.status, progress=earlier)
+    )
+    p = passes.run(120)
+    assert progressing(p) is None and p.timers == [40.0]
+    p = passes.run(160)
+    assert reason(p) == "StartupStalled"
+
+
+def test_a_step_shown_since_the_start_is_no_startup_stall_for_a_new_leader() -> None:
+    """A leader that took over has no report yet (the ranks' next heartbeat is up to ~33 s away),
+    but the status its predecessor wrote shows a step since the workers started."""
+    passes = starting_passes(running_pod(0, 100), running_pod(1, 100), progress={"startupTimeoutSeconds": 60})
+    shown = Progress(step=3, update_time=at(130), rank=0)
+    passes.job = dataclasses.replace(
+        passes.job, status=dataclasses.replace(passes.job.status, progress=shown)
+    )
+    p = passes.run(10_000)
+    assert progressing(p) is None and p.timers == [] and passes.outcome is None
+
+
+def test_a_hot_reloads_new_pods_that_never_step_are_startup_stalled() -> None:
+    """The attempt's earlier pods stepped; the reload's pods (started at 100) never do."""
+    passes = starting_passes(running_pod(0, 100), running_pod(1, 100), progress={"startupTimeoutSeconds": 60})
+    push(passes.store, 40, 90, rank=0)
+    push(passes.store, 40, 90, rank=1)
+    p = passes.run(120)
+    assert 40.0 in p.timers
+    p = passes.run(160)
+    assert progressing(p) == (
+        ConditionStatus.FALSE,
+        "StartupStalled",
+        "no rank reported a training step within 60s of the workers' start at 2026-01-01T00:01:40Z; "
+        "never reported: rank 0, rank 1",
+    )
+
+
+def test_a_program_that_reports_no_step_is_not_known_to_report_steps() -> None:
+    """A stall timeout alone and records that never carry a step (metrics only): no startup check,
+    so such a job is never StartupStalled (its records moving keep it Reporting)."""
+    passes = starting_passes(running_pod(0, 0), running_pod(1, 0), progress={"stallTimeoutSeconds": 60})
+    for now in (0, 50, 100):
+        passes.store.report(
+            "ns/j", job_uid="u-1", attempt="w-1", rank=0, record=Record(metrics={"loss": 2.0 - now / 100}),
+            seconds_since_change=0, now=at(now),
+        )  # fmt: skip
+        p = passes.run(now)
+    assert reason(p) == "Reporting" and passes.outcome is None
