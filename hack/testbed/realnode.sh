@@ -167,7 +167,8 @@ TOML
 start_containerd() {
   local dir="$REAL_NODE_DIR/containerd"
   launch containerd containerd --config "$dir/config.toml" --log-level warn
-  wait_for containerd 60 ctr -a "$CONTAINERD_SOCK" version
+  # 120 s: on a loaded machine (image builds beside it) its start over the cached root took over 60 s
+  wait_for containerd 120 ctr -a "$CONTAINERD_SOCK" version
 }
 
 realnode_images() {  # the pause, controller and training images, imported unless already there;

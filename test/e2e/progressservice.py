@@ -60,7 +60,11 @@ def real_node(name: str) -> Iterator[RealNode]:
             [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
         )
         if up.returncode != 0:
-            raise RuntimeError(f"the control plane with the real node did not come up:\n{up.stderr[-4000:]}")
+            # the scripts' own lines (`[HH:MM:SS] ...`: what timed out) before the logs' tails
+            said = "\n".join(x for x in up.stderr.splitlines() if re.match(r"\[\d\d:\d\d:\d\d\] ", x))
+            raise RuntimeError(
+                f"the control plane with the real node did not come up:\n{said}\n{up.stderr[-12000:]}"
+            )
         images = dict(
             line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
         )
