@@ -125,7 +125,8 @@ class Pusher:
         record, changed = latest.get()
         if record is None or now < self.next_at:
             return None
-        if changed == self.sent_change and not self._fresh_save() and now < self.next_at + HEARTBEAT_SECONDS:
+        due = changed != self.sent_change or now >= self.next_at + HEARTBEAT_SECONDS
+        if not due and not self._fresh_save():
             return None
         body = {"job": self.job, "record": record.to_json(), "secondsSinceChange": max(0.0, now - changed)}
         saved = self.saved
@@ -137,7 +138,8 @@ class Pusher:
         if status == 200:
             self.sent_change, self.backoff = changed, PUSH_MIN_SECONDS
             self.sent_saved = saved
-            self.next_at = now + PUSH_MIN_SECONDS
+            if due:  # a push for a new save alone keeps the heartbeats' beat: a stall is
+                self.next_at = now + PUSH_MIN_SECONDS  # confirmed by the first one after it is due
         elif status in (401, 403, 400, 413, 404):
             self.next_at = now + HEARTBEAT_SECONDS  # refused: saying it again soon changes nothing
         else:

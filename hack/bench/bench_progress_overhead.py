@@ -1,13 +1,16 @@
-"""What progress reporting costs a GPU training loop: steps per second of a small model with no
-report, with the helper as shipped before (`float()` of each value and one line per call: a
-device synchronisation at every call) and with `torchrun_progress` now (the tensor kept, converted
-by the helper's writer thread), every step and every tenth, in one run, with ratios against no
-report. Needs torch and a CUDA device (the device machine; never CI):
+"""What progress reporting costs a training loop: steps per second of a small model with no
+report, with the helper as shipped before (`float()` of each value and one line per call: on a
+GPU a device synchronisation at every call) and with `torchrun_progress` now (the tensor kept,
+converted by the helper's writer thread), every step and every tenth, in one run, with ratios
+against no report. Needs torch; runs on a CUDA device when there is one (the device machine),
+else on the CPU (`--device cpu` forces it). Never part of CI:
 
-    python3 hack/bench/bench_progress_gpu.py [--steps 3000] [--repeats 3]
+    python3 hack/bench/bench_progress_overhead.py [--steps 3000] [--repeats 3] [--device cpu]
 
 Each variant runs `--repeats` times, interleaved with the others (so drift in clocks or
-temperature hits all alike); the table shows each one's median steps/s.
+temperature hits all alike); the table shows each one's median steps/s and the spread (min–max)
+of its ratio to the no-report run of the same round. On shared CPU cores the spread is the
+noise floor: a difference inside it is no difference.
 """
 
 from __future__ import annotations
@@ -50,15 +53,20 @@ def report_before(path: str, **values: Any) -> None:
         os.close(fd)
 
 
-def model_and_step(width: int, batch: int) -> Callable[[], torch.Tensor]:
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def model_and_step(width: int, batch: int, device: str) -> Callable[[], torch.Tensor]:
     torch.manual_seed(0)
     net = torch.nn.Sequential(
         torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width), torch.nn.GELU(),
         torch.nn.Linear(width, 1),
-    ).cuda()  # fmt: skip
+    ).to(device)  # fmt: skip
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    x = torch.randn(batch, width, device="cuda")
-    y = torch.randn(batch, 1, device="cuda")
+    x = torch.randn(batch, width, device=device)
+    y = torch.randn(batch, 1, device=device)
 
     def step() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
@@ -70,10 +78,12 @@ def model_and_step(width: int, batch: int) -> Callable[[], torch.Tensor]:
     return step
 
 
-def run(variant: str, steps: int, step: Callable[[], torch.Tensor], helper: Any, path: str) -> float:
+def run(
+    variant: str, steps: int, step: Callable[[], torch.Tensor], helper: Any, path: str, device: str
+) -> float:
     for _ in range(50):  # warm-up
         step()
-    torch.cuda.synchronize()
+    synchronize(device)
     started = time.perf_counter()
     for i in range(1, steps + 1):
         loss = step()
@@ -81,7 +91,7 @@ def run(variant: str, steps: int, step: Callable[[], torch.Tensor], helper: Any,
             report_before(path, step=i, loss=loss)
         elif variant == "now, every step" or (variant == "now, every 10th" and i % 10 == 0):
             helper.report(step=i, loss=loss)
-    torch.cuda.synchronize()
+    synchronize(device)
     return steps / (time.perf_counter() - started)
 
 
@@ -91,30 +101,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: this benchmark measures GPU synchronisation and cannot run here")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device here: run with --device cpu")
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "progress.jsonl")
         os.environ["TORCHRUN_PROGRESS_FILE"], os.environ["RANK"] = path, "0"
         helper = load_helper()
-        step = model_and_step(args.width, args.batch)
+        step = model_and_step(args.width, args.batch, device)
         variants = ["none", "before, every step", "now, every step", "before, every 10th", "now, every 10th"]
         rates: dict[str, list[float]] = {v: [] for v in variants}
         for _ in range(args.repeats):
             for variant in variants:
-                rates[variant].append(run(variant, args.steps, step, helper, path))
+                rates[variant].append(run(variant, args.steps, step, helper, path, device))
         helper.flush()
         last = json.loads(Path(path).read_text().splitlines()[-1])
         base = statistics.median(rates["none"])
-        print(
-            f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.steps} steps x {args.repeats}"
+        where = (
+            torch.cuda.get_device_name() if device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
         )
-        print(f"{'variant':<22} {'steps/s (median)':>17} {'vs none':>8}")
+        print(f"{where}, torch {torch.__version__}, {args.steps} steps x {args.repeats}")
+        print(f"{'variant':<22} {'steps/s (median)':>17} {'vs none':>8} {'spread':>13}")
         for variant in variants:
             median = statistics.median(rates[variant])
-            print(f"{variant:<22} {median:>17.1f} {median / base:>7.2f}x")
+            ratios = [r / n for r, n in zip(rates[variant], rates["none"], strict=True)]
+            spread = f"{min(ratios):.3f}-{max(ratios):.3f}"
+            print(f"{variant:<22} {median:>17.1f} {median / base:>7.2f}x {spread:>13}")
         print(f"last line written by the helper: {last}")
     return 0
 

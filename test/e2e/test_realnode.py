@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -536,7 +537,8 @@ def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_s
     the reporter's /metrics (the PodMonitor's target) serves the step; `kubectl torchrun stack`
     shows `hang_in_collective` in both ranks; Progressing=False Stalled comes within
     stallTimeoutSeconds + one period of the last step; onStall Restart restarts the job once and
-    the second attempt runs to the last step and succeeds."""
+    the second attempt runs to the last step and succeeds. Rank 0 saves at steps 5 and 20: the
+    status of the second attempt shows step-20, saved after its start, as the newest checkpoint."""
     cluster, timeout, period = real.cluster, 30, 5
     cluster.apply(
         {
@@ -546,7 +548,9 @@ def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_s
             "spec": {
                 "jobQueue": queue,
                 "numNodes": 2,
-                "command": "python train_progress.py --steps 30 --step-seconds 1 --hang-after 12",
+                "command": (
+                    "python train_progress.py --steps 30 --step-seconds 1 --hang-after 12 --save-at 5,20"
+                ),
                 "distributed": {"backend": "gloo"},
                 "workspace": {"source": "upload"},
                 "failurePolicy": {"maxRestarts": 1},
@@ -622,6 +626,13 @@ def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_s
     for pod in pods(cluster, namespace, "prog", "worker"):
         out = logs(cluster, namespace, pod["metadata"]["name"])
         assert "attempt=1" in out and "done rank=" in out, out
+    # attempt 1's start found step-5 (attempt 0 hung at 12); step-20, saved after that start, is
+    # the newest now: rank 0's reporter scanned the volume and told it (progress/saved.py)
+    checkpoint = final["checkpoint"]
+    assert (checkpoint["attempt"], checkpoint["latest"]) == (1, "/checkpoints/step-5"), checkpoint
+    assert (checkpoint["newest"]["name"], checkpoint["newest"]["step"]) == ("step-20", 20), checkpoint
+    page = plugin_run(real, namespace, project, "status", "prog").stdout
+    assert "Checkpoint: newest step-20 (step 20, saved " in page, page
 
 
 @dataclass
@@ -740,6 +751,188 @@ def test_a_lost_volume_resumes_from_the_s3_mirror(
     for pod in pods(cluster, namespace, "s3job", "worker"):
         out = logs(cluster, namespace, pod["metadata"]["name"])
         assert "resumed from step 4 (/checkpoints/step-4) attempt=0" in out and "done step=8" in out, out
+
+
+def readme_snippet(first_line: str) -> str:
+    """The README's ```python block that starts with `first_line`, verbatim."""
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    found = [b for b in blocks if b.startswith(first_line)]
+    assert len(found) == 1, f"README has {len(found)} python blocks starting {first_line!r}"
+    return found[0]
+
+
+# The README's two snippets in a small program: the checkpoint loop verbatim at top level; the
+# progress snippet's import and report line verbatim inside `train_one_step`, which is what its
+# loop body stands for. The prelude gives the names the snippets leave to the user (model,
+# train_one_step, total_steps, every) and rank 1 of the first attempt exits 1 after step 25.
+README_PROGRAM = """\
+import os, sys, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+total_steps, every = 40, 10
+first_attempt = os.environ.get("TORCHRUN_ATTEMPT") == "0"
+
+
+def train_one_step(model, step):
+    x = torch.full((8, 4), step / total_steps)  # the data is a function of the step
+    loss = ((model(x) - 1.0) ** 2).mean()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.05 * p.grad
+            p.grad = None
+    print(f"step={{step}} rank={{dist.get_rank()}} loss={{loss.item():.6f}}", flush=True)
+    if first_attempt and step == 25 and dist.get_rank() == 1:
+        os._exit(1)
+    time.sleep(0.2)
+{progress_import}
+{progress_report}
+    return loss.detach()
+
+
+{checkpoint}
+print(f"done rank={{dist.get_rank()}}", flush=True)
+"""
+
+
+def test_the_readme_example_runs_as_written_crashes_and_resumes(
+    real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
+) -> None:
+    """The README's example run, as a new user does it: its two snippets (checkpoints and
+    progress) in a program, `kubectl torchrun submit --max-restarts 1`, rank 1 crashes after step
+    25 of the first attempt → one whole-job restart → both ranks resume from step-20 and finish,
+    with progress and the newest checkpoint in the status."""
+    cluster = real.cluster
+    checkpoint = readme_snippet("import torch, torch.distributed as dist, torchrun_checkpoint as ckpt")
+    progress = readme_snippet("import torchrun_progress").splitlines()
+    report = [line for line in progress if "torchrun_progress.report(" in line]
+    assert progress[0] == "import torchrun_progress" + progress[0][len("import torchrun_progress") :]
+    assert len(report) == 1, progress
+    program = README_PROGRAM.format(
+        progress_import="    " + progress[0].split("#")[0].strip(),
+        progress_report="    " + report[0].strip(),
+        checkpoint=checkpoint,
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(program)
+    proc = plugin_run(
+        real, namespace, project, "submit", "--queue", queue, "--nodes", "2", "--name", "readme",
+        "--max-restarts", "1", "--detach", "python train.py",
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{proc.stderr}\n{program}"
+
+    def status() -> dict[str, Any]:
+        return job_status(cluster, namespace, "readme")
+
+    try:
+        final = wait_until(
+            lambda: status() if status().get("phase") in ("Succeeded", "Failed") else None, 420, interval=1
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{status()}\n{diagnose(cluster, namespace, 'readme')}") from e
+    assert final["phase"] == "Succeeded" and final["restarts"] == 1, (
+        f"{final}\n{diagnose(cluster, namespace, 'readme')}\n{program}"
+    )
+    assert final["checkpoint"]["attempt"] == 1, final["checkpoint"]
+    assert final["checkpoint"]["resumedFrom"] == "/checkpoints/step-20", final["checkpoint"]
+    assert final["checkpoint"]["newest"]["name"] == "step-40", final["checkpoint"]
+    assert (final["progress"]["step"], final["progress"]["totalSteps"]) == (40, 40), final["progress"]
+    for pod in pods(cluster, namespace, "readme", "worker"):
+        rank = index_of(pod)
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        steps = [int(m) for m in re.findall(rf"step=(\d+) rank={rank} ", out)]
+        assert steps == list(range(21, 41)), out  # resumed after step-20, to the end
+        assert f"done rank={rank}" in out, out
+
+
+def starting_queue(real: RealNode, name: str, **spec: Any) -> str:
+    """A small CPU-only queue pinned to the real node (the `queue` fixture's scheduling), `spec`
+    over the defaults — which leave `securityContext` to the queue's default (runAsNonRoot)."""
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeResources": {"gpus": 0, "cpus": "200m", "memory": "512Mi"},
+                "image": real.images["TRAIN_IMAGE"],
+                "storage": {"workspace": {"enabled": False}},
+                "scheduling": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "tolerations": [
+                        {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+                **spec,
+            },
+        }
+    )
+    wait_until(lambda: ready(real.cluster, name), 60, message=f"queue {name} Ready")
+    return name
+
+
+def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
+    real: RealNode, namespace: str, controller: Path, tmp_path: Path
+) -> None:
+    """Three jobs the kubelet cannot start, side by side: the training image runs as root under
+    the queue's default `runAsNonRoot`, an image that is not there, and an env var from a ConfigMap
+    that does not exist. Each job's `Running` condition names the kubelet's reason and words at
+    the next status write (no resync: the controller's resync is minutes), and `kubectl torchrun
+    status` says it on the line after the phase."""
+    cluster, suffix = real.cluster, namespace[-8:]
+    env = [{"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "missing-cfg", "key": "k"}}}]
+    queues = {
+        "root": starting_queue(real, f"root-{suffix}"),
+        "nopull": starting_queue(real, f"nopull-{suffix}", image="localhost:1/torchrun-missing:0"),
+        "nocfg": starting_queue(
+            real, f"nocfg-{suffix}", env=env, securityContext={"runAsNonRoot": True, "runAsUser": 1000}
+        ),
+    }
+    expected = {
+        "root": ("ContainerConfigError", "will run as root"),
+        "nopull": ("ImagePullFailed", "localhost:1/torchrun-missing:0"),
+        "nocfg": ("ContainerConfigError", 'configmap "missing-cfg" not found'),
+    }
+    try:
+        for name, queue in queues.items():
+            spec = {
+                "jobQueue": queue,
+                "numNodes": 1,
+                "command": "python train.py",
+                "workspace": {"source": "none"},
+            }
+            cluster.apply({"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob",
+                           "metadata": {"name": name}, "spec": spec}, namespace)  # fmt: skip
+
+        def said(name: str) -> dict[str, Any] | None:
+            running = condition(cluster.get("torchrunjob", name, "-n", namespace), "Running") or {}
+            return running if running.get("reason") == expected[name][0] else None
+
+        for name, (reason, words) in expected.items():
+            try:
+                running = wait_until(lambda n=name: said(n), 180, interval=1)
+            except AssertionError as e:
+                got = cluster.get("torchrunjob", name, "-n", namespace).get("status")
+                raise AssertionError(
+                    f"job {name}: no Running=False {reason}: {got}\n{diagnose(cluster, namespace, name)}"
+                    f"\n--- controller log ---\n{controller.read_text()[-3000:]}"
+                ) from e
+            assert running["status"] == "False" and words in running["message"], running
+            assert running["message"].startswith(f"pod {name}-0-"), running
+        assert "runAsUser" in (said("root") or {})["message"]  # the one line that fixes it
+        page = plugin_run(real, namespace, tmp_path, "status", "nopull")
+        lines = page.stdout.splitlines()
+        phase_at = next(i for i, line in enumerate(lines) if line.startswith("Phase:"))
+        assert lines[phase_at + 1].startswith("Waiting:    Running=False ImagePullFailed: pod nopull-0-"), (
+            page
+        )
+    finally:
+        for queue in queues.values():
+            cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:

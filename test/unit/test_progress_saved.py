@@ -20,7 +20,7 @@ from testbed import wait_until
 from controller.api import CheckpointStatus, NewestCheckpoint, TorchrunJobStatus, to_json
 from controller.plugin.views import status_text
 from controller.progress.record import Record
-from controller.progress.reporter import Latest, Pusher, run
+from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, run
 from controller.progress.saved import Saved, newest_saved, parse_saved
 from controller.progress.store import ProgressStore, SavedAt
 from controller.progress.tls import server_context
@@ -90,6 +90,9 @@ def test_a_new_save_is_pushed_like_a_change_and_its_age_grows_from_the_scan() ->
     assert pusher.tick(latest, 12.0) is None
     pusher.found(None, 20.0)  # an unreadable scan forgets nothing
     assert pusher.tick(latest, 21.0) is None
+    # the save's push kept the heartbeats' beat: the next comes a heartbeat after the last change's
+    assert pusher.tick(latest, 2.0 + HEARTBEAT_SECONDS - 0.5) is None
+    assert pusher.tick(latest, 2.0 + HEARTBEAT_SECONDS) == 200
 
 
 def test_the_store_dates_a_save_once_and_a_new_one_enqueues() -> None:

@@ -4,7 +4,8 @@ Every step all-reduces a tensor and reports through `torchrun_progress` (on PYTH
 worker pod: /opt/torchrun/python). With `--hang-after K`, in the first attempt only
 (`TORCHRUN_ATTEMPT` 0), both ranks call `hang_in_collective` after step K: rank 1 sleeps forever
 inside it, rank 0 waits in the all-reduce rank 1 never joins — the stack of both shows the
-function. A whole-job restart (attempt 1) runs all steps and exits 0.
+function. A whole-job restart (attempt 1) runs all steps and exits 0. With `--save-at 5,20`, rank
+0 saves a (tiny) checkpoint at those steps through `torchrun_checkpoint`, as the README says.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torchrun_checkpoint
 import torchrun_progress
 
 
@@ -31,11 +33,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--step-seconds", type=float, default=1.0)
     parser.add_argument("--hang-after", type=int, default=0)
+    parser.add_argument("--save-at", default="")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHRUN_ATTEMPT", "0"))
     print(f"world rank={rank} size={dist.get_world_size()} attempt={attempt}", flush=True)
+    save_at = {int(s) for s in args.save_at.split(",") if s}
     started = time.monotonic()
     for step in range(1, args.steps + 1):
         value = torch.tensor([float(step)])
@@ -43,6 +47,10 @@ def main() -> None:
         rate = step / max(time.monotonic() - started, 1e-6)
         torchrun_progress.report(step=step, total_steps=args.steps, loss=1.0 / step, samples_per_second=rate)
         print(f"progress rank={rank} step={step}", flush=True)
+        if step in save_at and rank == 0:
+            path = torchrun_checkpoint.path_for(step)
+            torch.save({"step": step}, path / "state.pt")
+            torchrun_checkpoint.mark_complete(path)
         if attempt == 0 and step == args.hang_after:
             hang_in_collective(step)
         time.sleep(args.step_seconds)
