@@ -44,7 +44,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--service", choices=("shipped", "every-replica"), default="shipped")
     args = parser.parse_args()
-    with real_node("bench-progress-service") as real, tempfile.TemporaryDirectory() as tmp:
+    with real_node("psvc-bench") as real, tempfile.TemporaryDirectory() as tmp:
         cluster = real.cluster
         install(real, service_selects_every_replica=args.service == "every-replica")
         leader = leader_pod(cluster)

@@ -52,6 +52,8 @@ def real_node(name: str) -> Iterator[RealNode]:
     CRDs installed; `down` on exit, which must leave nothing on the host (`leftovers`)."""
     if os.geteuid() != 0:
         raise RuntimeError("the real node needs root (containerd, kubelet, cgroups, a bridge, kube-proxy)")
+    # a short name: containerd's socket lives under it, and a unix socket's path is at most 107
+    # bytes (`run-bench-progress-service-<pid>` made ctr's dial fail: containerd never answered)
     run_dir = cache_dir() / f"run-{name}-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}

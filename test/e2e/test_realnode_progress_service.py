@@ -41,7 +41,7 @@ RUNS = 3
 @pytest.fixture(scope="module")
 def real() -> Iterator[RealNode]:
     try:
-        with real_node("progress-service") as node:
+        with real_node("psvc") as node:
             yield node
     except RuntimeError as exc:
         pytest.fail(str(exc))
