@@ -58,12 +58,14 @@ def main() -> int:
             run = final_step_run(real, namespace, queue, f"final-{i}", project(Path(tmp)))
             ok = run.last_step == STEPS
             landed += ok
-            rows.append([i + 1, run.last_step, "yes" if ok else "NO", run.leader, f"{run.seconds:.1f}"])
+            landed_text = "yes" if ok else "NO"
+            seconds = f"{run.seconds:.1f}"
+            rows.append([i + 1, run.last_step, landed_text, run.leader, run.upload_retries, seconds])
             print(f"run {i + 1}: step {run.last_step}/{STEPS} ({run.seconds:.1f}s)", flush=True)
         after = reports(cluster)
         cluster.delete_namespace(namespace)
     print()
-    print(table(["run", "final step", "landed", "leader", "seconds"], rows))
+    print(table(["run", "final step", "landed", "leader", "upload retries", "seconds"], rows))
     print()
     answered = []
     for pod, counts in sorted(after.items()):

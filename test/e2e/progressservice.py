@@ -208,6 +208,7 @@ class Run:
     last_step: int | None  # status.progress.step once the job succeeded
     seconds: float
     leader: str
+    upload_retries: int = 0
 
 
 def final_step_run(real: RealNode, namespace: str, queue: str, name: str, project: Path) -> Run:
@@ -230,16 +231,23 @@ def final_step_run(real: RealNode, namespace: str, queue: str, name: str, projec
         },
         namespace,
     )
-    sync = subprocess.run(
-        [str(PLUGIN), "-n", namespace, "sync", name, "--detach"],
-        cwd=project,
-        env=plugin_env(cluster),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert sync.returncode == 0, f"upload failed: {sync.stderr}"
+    # the upload is not what is measured: one failed upload (seen once in 40: the sync pod's
+    # exec ended 137 on this loaded machine) is retried as the plugin's error says, and counted
+    errors = []
+    for _ in range(2):
+        sync = subprocess.run(
+            [str(PLUGIN), "-n", namespace, "sync", name, "--detach"],
+            cwd=project,
+            env=plugin_env(cluster),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if sync.returncode == 0:
+            break
+        errors.append(sync.stderr.strip().splitlines()[-1:])
+    assert sync.returncode == 0, f"upload failed twice: {errors}"
 
     def status() -> dict[str, Any]:
         got: dict[str, Any] = cluster.get("torchrunjob", name, "-n", namespace).get("status") or {}
@@ -265,7 +273,7 @@ def final_step_run(real: RealNode, namespace: str, queue: str, name: str, projec
     cluster.kubectl(
         "delete", "torchrunjob", name, "-n", namespace, "--wait=true", "--timeout=120s", check=False
     )
-    return Run(name, step, time.monotonic() - started, leader)
+    return Run(name, step, time.monotonic() - started, leader, len(errors))
 
 
 def project(tmp: Path) -> Path:
