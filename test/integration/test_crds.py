@@ -82,7 +82,8 @@ def test_defaults_appear_on_objects_read_back(
 ) -> None:
     queue = crds.get("tq", "basic")["spec"]
     assert queue["nodeResources"]["gpuResourceName"] == "nvidia.com/gpu"
-    assert queue["securityContext"] == {"runAsNonRoot": True}
+    # runAsNonRoot is the default filled in beside the sample's user (its image runs as root)
+    assert queue["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000}
     assert queue["storage"]["workspace"] == {
         "enabled": True,
         "sizePerGPU": "10Gi",
