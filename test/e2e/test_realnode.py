@@ -48,6 +48,11 @@ TRAIN = Path(__file__).parent / "realnode" / "train.py"
 TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
 TRAIN_PROGRESS = Path(__file__).parent / "realnode" / "train_progress.py"
 NODE = "realnode-0"
+# a queue's placement on the real node: its name, and the taint that keeps every other pod off it
+REAL_NODE_SCHEDULING = {
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+    "tolerations": [{"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+}
 SHM_PER_GPU = "256Mi"
 SHM_BYTES = 256 * 1024 * 1024
 # what kubelet sets when it starts (protectKernelDefaults: false) and `down` must put back, plus
@@ -162,12 +167,7 @@ def queue(real: RealNode, namespace: str) -> Iterator[str]:
                     "checkpoints": {"enabled": True, "sizePerGPU": "1Gi"},
                     "shmSizePerGPU": SHM_PER_GPU,
                 },
-                "scheduling": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE},
-                    "tolerations": [
-                        {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                },
+                "scheduling": REAL_NODE_SCHEDULING,
             },
         }
     )
@@ -357,10 +357,7 @@ def checkpoint_queue(real: RealNode, name: str, keep: int, **checkpoints: Any) -
             "checkpoints": {"enabled": True, "sizePerGPU": "1Gi", "keep": keep, **checkpoints},
             "shmSizePerGPU": SHM_PER_GPU,
         },
-        "scheduling": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "tolerations": [{"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}],
-        },
+        "scheduling": REAL_NODE_SCHEDULING,
     }
     real.cluster.apply(
         {
@@ -861,12 +858,7 @@ def starting_queue(real: RealNode, name: str, **spec: Any) -> str:
                 "nodeResources": {"gpus": 0, "cpus": "200m", "memory": "512Mi"},
                 "image": real.images["TRAIN_IMAGE"],
                 "storage": {"workspace": {"enabled": False}},
-                "scheduling": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE},
-                    "tolerations": [
-                        {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                },
+                "scheduling": REAL_NODE_SCHEDULING,
                 **spec,
             },
         }
