@@ -44,8 +44,8 @@ from controller.progress.store import ProgressStore
 from controller.progress.tls import ca_bundle, server_context
 from controller.progress.tokens import REVIEW_BURST, REVIEW_QPS, REVIEWS_IN_FLIGHT
 from controller.rest import RESTClient, load_config
-from controller.rest.config import current_namespace
 from controller.rest.discovery import Discovery
+from controller.rest.loading import current_namespace
 from controller.rest.resources import JOBS, PODS
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob import wiring as torchrunjob_wiring

@@ -20,9 +20,10 @@ import yaml
 from controller.clock import FakeClock
 from controller.progress.tls import self_signed
 from controller.rest.client import RESTClient
-from controller.rest.config import ClusterConfig, ConfigError, current_namespace, load_config
+from controller.rest.config import ClusterConfig, ConfigError
 from controller.rest.credentials import TOKEN_FILE_PERIOD, Credentials
 from controller.rest.errors import ApiError
+from controller.rest.loading import current_namespace, load_config
 from controller.rest.resources import NAMESPACES
 
 
