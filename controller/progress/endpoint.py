@@ -9,6 +9,7 @@ to any replica, so a retry soon reaches the leader. The leader:
 2. reviews the bearer token (`identity.TokenReviewer`: 401 without one or when it is refused,
    screened first at no API cost; 429 with `Retry-After` when reviews are at their cap);
 3. proves the token's pod is a worker of job NAME (`identity.prove`, from the caches: 403);
+   a refusal at 2 or 3 is a value (`identity.Refusal`: its status and message are the answer);
 4. parses the record like the sidecar did (`record.parse_object`: a pod is not trusted either)
    and keeps it (`store.ProgressStore`); when the job needs a pass, `enqueue`s it.
 Connections are bounded (`httpserve.BoundedHTTPServer`: `WORKERS` at once, excess closed at once,
@@ -34,8 +35,7 @@ from prometheus_client import Counter
 from controller.cache import Lister
 from controller.clock import utc_now
 from controller.httpserve import BoundedHTTPServer
-from controller.meta import controller_of
-from controller.progress.identity import Refused, Reporter, TokenReviewer, prove
+from controller.progress.identity import Refusal, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
 from controller.progress.saved import parse_saved
 from controller.progress.store import ProgressStore
@@ -134,12 +134,12 @@ class ProgressEndpoint:
             return 400, 'expected {"job": NAME, "record": {...}, "secondsSinceChange": SECONDS}'
         try:
             reporter = self.prove(auth[7:].strip(), job)
-        except Refused as refused:
-            self.refusals.said(refused.status, refused.message)
-            return refused.status, refused.message
         except ApiError as exc:
             log.warning("token review failed", error=str(exc))
             return 503, "token review failed: retry"
+        if isinstance(reporter, Refusal):
+            self.refusals.said(reporter.status, reporter.message)
+            return reporter.status, reporter.message
         now = utc_now()
         if self.store.report(
             reporter.key,
@@ -154,14 +154,17 @@ class ProgressEndpoint:
             self.enqueue(reporter.key)
         return 200, "ok"
 
-    def prove(self, token: str, job: str) -> Reporter:
+    def prove(self, token: str, job: str) -> Reporter | Refusal:
         identity = self.reviewer.review(token)
-        pod = self.pods.get(identity.name, identity.namespace)
-        ref = controller_of(pod) if pod is not None else None
-        worker = self.worker_jobs.get(str(ref.get("name")), identity.namespace) if ref else None
-        owner = controller_of(worker) if worker is not None else None
-        torchrunjob = self.jobs.get(str(owner.get("name")), identity.namespace) if owner else None
-        return prove(identity, pod, worker, torchrunjob, job)
+        if isinstance(identity, Refusal):
+            return identity
+        return prove(
+            identity,
+            job,
+            pods=lambda ns, name: self.pods.get(name, ns),
+            worker_jobs=lambda ns, name: self.worker_jobs.get(name, ns),
+            jobs=lambda ns, name: self.jobs.get(name, ns),
+        )
 
 
 class SampledLog:
