@@ -3,7 +3,9 @@
 Each verb turns its arguments into one `Request` value — path from the `Resource`, query,
 body, content type, field manager — and hands it to the sender (`request.py`): rate limit,
 write fence, timeout, retry policy and metrics are the same for every verb and decided there;
-`watch` opens a `WatchStream` (`watch.py`). Hot paths (informers, reconcilers) get and send
+`watch` opens a `WatchStream` (`watch.py`). The keywords that tune one call (`CallOptions`: retry
+budget, timeout, fence; a write's `WriteOptions` add its field manager) are declared once and
+taken alike by every other verb; the client's own settings are `RequestSender`'s. Hot paths (informers, reconcilers) get and send
 `dict`s decoded straight from the response bytes.
 
 Guarantees: a verb sends exactly the request its arguments describe (writes carry
@@ -14,17 +16,21 @@ urllib3/OS error when no answer came after the retries the request policy allows
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from controller.meta import Resource
-from controller.metrics.registry import ControllerMetrics
-from controller.rest.config import ClusterConfig
-from controller.rest.credentials import CredentialSource
 from controller.rest.request import Request, RequestSender, is_retryable
-from controller.rest.watch import WATCH_READ_TIMEOUT, WatchEvent, WatchStream, open_watch
+from controller.rest.watch import WatchEvent, WatchStream, open_watch
 
-__all__ = ["FIELD_MANAGER", "RESTClient", "WatchEvent", "WatchStream", "is_retryable"]
+__all__ = [
+    "FIELD_MANAGER",
+    "CallOptions",
+    "RESTClient",
+    "WatchEvent",
+    "WatchStream",
+    "WriteOptions",
+    "is_retryable",
+]
 
 FIELD_MANAGER = "torchrun-controller"
 PATCH_TYPES = {
@@ -35,37 +41,23 @@ PATCH_TYPES = {
 }
 
 
-class RESTClient(RequestSender):
-    """The verbs over one sender (its pool, rate limiter, fence and metrics); module docstring."""
+class CallOptions(TypedDict, total=False):
+    """How one call is sent: the same keywords on every verb but `watch`, fields of its `Request`."""
 
-    def __init__(
-        self,
-        config: ClusterConfig,
-        *,
-        qps: float = 50.0,
-        burst: int = 100,
-        pool_size: int = 16,
-        timeout: float = 30.0,
-        max_attempts: int = 5,
-        metrics: ControllerMetrics | None = None,
-        user_agent: str = "torchrun-controller",
-        write_fence: Callable[[], bool] | None = None,
-        watch_read_timeout: float = WATCH_READ_TIMEOUT,
-        credentials: CredentialSource | None = None,
-    ) -> None:
-        super().__init__(
-            config,
-            qps=qps,
-            burst=burst,
-            pool_size=pool_size,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            metrics=metrics,
-            user_agent=user_agent,
-            write_fence=write_fence,
-            credentials=credentials,
-        )
-        self.watch_read_timeout = watch_read_timeout
+    attempts: int | None  # the retry budget (1: a single try); None: the client's `max_attempts`
+    timeout: float | None  # bounds each try as a whole, connect included; None: the client's
+    fenced: bool  # False bypasses the write fence (only the leader elector's own Lease writes)
+
+
+class WriteOptions(CallOptions, total=False):
+    """A write's options: the call's, and the `fieldManager` it is sent with (`FIELD_MANAGER`)."""
+
+    field_manager: str
+
+
+class RESTClient(RequestSender):
+    """The verbs over one sender (its pool, rate limiter, fence and metrics); module docstring.
+    Constructed as a `RequestSender`, whose keywords (and their defaults) it takes as they are."""
 
     def request(
         self,
@@ -77,22 +69,18 @@ class RESTClient(RequestSender):
         params: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        attempts: int | None = None,
-        timeout: float | None = None,
-        fenced: bool = True,
         accept: str = "application/json",
+        **options: Unpack[CallOptions],
     ) -> dict[str, Any]:
         """One JSON request with retries for transient failures; returns the decoded body.
 
-        `attempts` overrides the client's retry budget (1: a single try) and `timeout` bounds
-        each try as a whole, connect included; `fenced=False` bypasses the write fence (only for
-        the leader elector's own Lease writes); `accept` names a JSON type the server answers with
-        instead of application/json (the service-account issuer's keys).
+        `options` (`CallOptions`) override the client's retry budget and timeout, or bypass the
+        write fence; `accept` names a JSON type the server answers with instead of
+        application/json (the service-account issuer's keys).
         """
-        req = Request(
-            verb, method, path, resource, params, body, content_type, attempts, timeout, fenced, accept
+        return self.do(
+            Request(verb, method, path, resource, params, body, content_type, accept=accept, **options)
         )
-        return self.do(req)
 
     def get(
         self,
@@ -100,12 +88,10 @@ class RESTClient(RequestSender):
         name: str,
         namespace: str | None = None,
         subresource: str | None = None,
-        *,
-        attempts: int | None = None,
-        timeout: float | None = None,
+        **options: Unpack[CallOptions],
     ) -> dict[str, Any]:
         path = res.path(namespace, name, subresource)
-        return self.request("get", "GET", path, res.key, attempts=attempts, timeout=timeout)
+        return self.request("get", "GET", path, res.key, **options)
 
     def list(
         self,
@@ -117,6 +103,7 @@ class RESTClient(RequestSender):
         limit: int | None = None,
         continue_token: str | None = None,
         resource_version: str | None = None,
+        **options: Unpack[CallOptions],
     ) -> dict[str, Any]:
         params = {
             "labelSelector": label_selector,
@@ -125,60 +112,34 @@ class RESTClient(RequestSender):
             "continue": continue_token,
             "resourceVersion": resource_version if not continue_token else None,
         }
-        return self.request("list", "GET", res.path(namespace), res.key, params=params)
+        return self.request("list", "GET", res.path(namespace), res.key, params=params, **options)
 
     def create(
         self,
         res: Resource,
         obj: dict[str, Any],
         namespace: str | None = None,
-        field_manager: str = FIELD_MANAGER,
-        *,
-        attempts: int | None = None,
-        timeout: float | None = None,
-        fenced: bool = True,
+        **options: Unpack[WriteOptions],
     ) -> dict[str, Any]:
         ns = namespace or obj.get("metadata", {}).get("namespace")
-        return self.request(
-            "create",
-            "POST",
-            res.path(ns),
-            res.key,
-            params={"fieldManager": field_manager},
-            body=obj,
-            attempts=attempts,
-            timeout=timeout,
-            fenced=fenced,
-        )
+        return self._write("create", "POST", res, res.path(ns), obj, **options)
 
     def update(
         self,
         res: Resource,
         obj: dict[str, Any],
         subresource: str | None = None,
-        field_manager: str = FIELD_MANAGER,
-        *,
-        attempts: int | None = None,
-        timeout: float | None = None,
-        fenced: bool = True,
+        **options: Unpack[WriteOptions],
     ) -> dict[str, Any]:
         meta = obj["metadata"]
         path = res.path(meta.get("namespace"), meta["name"], subresource)
         verb = "update" if subresource is None else f"update/{subresource}"
-        return self.request(
-            verb,
-            "PUT",
-            path,
-            res.key,
-            params={"fieldManager": field_manager},
-            body=obj,
-            attempts=attempts,
-            timeout=timeout,
-            fenced=fenced,
-        )
+        return self._write(verb, "PUT", res, path, obj, **options)
 
-    def update_status(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        return self.update(res, obj, subresource="status")
+    def update_status(
+        self, res: Resource, obj: dict[str, Any], **options: Unpack[WriteOptions]
+    ) -> dict[str, Any]:
+        return self.update(res, obj, subresource="status", **options)
 
     def patch(
         self,
@@ -189,22 +150,13 @@ class RESTClient(RequestSender):
         *,
         patch_type: str = "merge",
         subresource: str | None = None,
-        field_manager: str = FIELD_MANAGER,
         force: bool | None = None,
+        **options: Unpack[WriteOptions],
     ) -> dict[str, Any]:
-        params: dict[str, Any] = {"fieldManager": field_manager}
-        if force is not None:
-            params["force"] = "true" if force else "false"
         verb = "patch" if subresource is None else f"patch/{subresource}"
-        return self.request(
-            verb,
-            "PATCH",
-            res.path(namespace, name, subresource),
-            res.key,
-            params=params,
-            body=patch,
-            content_type=PATCH_TYPES[patch_type],
-        )
+        path = res.path(namespace, name, subresource)
+        content_type = PATCH_TYPES[patch_type]
+        return self._write(verb, "PATCH", res, path, patch, content_type=content_type, force=force, **options)
 
     def apply(
         self,
@@ -212,19 +164,13 @@ class RESTClient(RequestSender):
         obj: dict[str, Any],
         *,
         subresource: str | None = None,
-        field_manager: str = FIELD_MANAGER,
+        **options: Unpack[WriteOptions],
     ) -> dict[str, Any]:
         """Server-side apply (JSON is YAML), taking ownership of conflicting fields."""
         meta = obj["metadata"]
+        name, namespace = meta["name"], meta.get("namespace")
         return self.patch(
-            res,
-            meta["name"],
-            obj,
-            meta.get("namespace"),
-            patch_type="apply",
-            subresource=subresource,
-            field_manager=field_manager,
-            force=True,
+            res, name, obj, namespace, patch_type="apply", subresource=subresource, force=True, **options
         )
 
     def delete(
@@ -236,6 +182,7 @@ class RESTClient(RequestSender):
         propagation_policy: str | None = "Background",
         grace_period_seconds: int | None = None,
         uid: str | None = None,
+        **options: Unpack[CallOptions],
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation_policy:
@@ -244,9 +191,17 @@ class RESTClient(RequestSender):
             body["gracePeriodSeconds"] = grace_period_seconds
         if uid:
             body["preconditions"] = {"uid": uid}
-        return self.request("delete", "DELETE", res.path(namespace, name), res.key, body=body)
+        return self.request("delete", "DELETE", res.path(namespace, name), res.key, body=body, **options)
 
-    def evict(self, res: Resource, name: str, namespace: str, *, uid: str | None = None) -> dict[str, Any]:
+    def evict(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str,
+        *,
+        uid: str | None = None,
+        **options: Unpack[CallOptions],
+    ) -> dict[str, Any]:
         """Evict a pod through the Eviction API (policy/v1): the pod gets the DisruptionTarget
         condition, so a Job's podFailurePolicy can tell it from a failure of the program."""
         body: dict[str, Any] = {
@@ -256,8 +211,28 @@ class RESTClient(RequestSender):
         }
         if uid:
             body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        path = res.path(namespace, name, "eviction")
+        return self.request("create/eviction", "POST", path, res.key, body=body, **options)
+
+    def _write(
+        self,
+        verb: str,
+        method: str,
+        res: Resource,
+        path: str,
+        body: Any,
+        *,
+        content_type: str | None = None,
+        force: bool | None = None,
+        field_manager: str = FIELD_MANAGER,
+        **options: Unpack[CallOptions],
+    ) -> dict[str, Any]:
+        """A write of `body`, with its `fieldManager` (and `force`, when given) in the query."""
+        params: dict[str, Any] = {"fieldManager": field_manager}
+        if force is not None:
+            params["force"] = "true" if force else "false"
         return self.request(
-            "create/eviction", "POST", res.path(namespace, name, "eviction"), res.key, body=body
+            verb, method, path, res.key, params=params, body=body, content_type=content_type, **options
         )
 
     def watch(
@@ -276,7 +251,7 @@ class RESTClient(RequestSender):
         `timeout_seconds` is the server's: it ends the watch normally. Independently, a response
         not started within `watch_read_timeout` raises `ReadTimeoutError`, and a stream silent for
         that long (no event, no bookmark) ends with `WatchStream.timed_out` set (see
-        `watch.WATCH_READ_TIMEOUT`), so a dead connection cannot hang a watch for the server's
+        `request.WATCH_READ_TIMEOUT`), so a dead connection cannot hang a watch for the server's
         timeout.
         """
         params = {

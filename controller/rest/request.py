@@ -56,6 +56,15 @@ from controller.rest.transport import Transport
 
 CONNECT_TIMEOUT = 10.0
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is waited only this long
+# How long a watch connection may stay silent before we drop it and watch again. client-go
+# notices dead connections with HTTP/2 pings (30 s idle + 15 s ping timeout); over HTTP/1.1 only
+# a read timeout can. Silence alone is not proof of death: kube-apiserver bookmarks a watch about
+# once a minute only while its watch cache moves past the watch's resourceVersion (any change to
+# that resource type in the cluster; apiserver cache_watcher.go `process`), so a watch on an idle
+# resource type can stay silent until etcd's progress notification (10 min by default). Hence
+# silence ends the watch normally and the caller resumes it at once from its last resourceVersion;
+# a dead connection then shows up as the resumed watch failing.
+WATCH_READ_TIMEOUT = 120.0
 CONNECTION_ERRORS = (
     urllib3.exceptions.ProtocolError,
     urllib3.exceptions.NewConnectionError,
@@ -148,6 +157,7 @@ class RequestSender:
         metrics: ControllerMetrics | None = None,
         user_agent: str = "torchrun-controller",
         write_fence: Callable[[], bool] | None = None,
+        watch_read_timeout: float = WATCH_READ_TIMEOUT,
         credentials: CredentialSource | None = None,
     ) -> None:
         self.config = config
@@ -156,6 +166,7 @@ class RequestSender:
         self._transport = Transport(config, self.credentials, pool_size)
         self._limiter = TokenBucket(qps, burst)
         self.timeout = timeout  # the read timeout of `do`'s attempts
+        self.watch_read_timeout = watch_read_timeout  # a watch stream's (`RESTClient.watch`)
         self.max_attempts = max_attempts
         self.metrics = metrics or ControllerMetrics()
         self.user_agent = user_agent

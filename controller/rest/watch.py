@@ -20,16 +20,6 @@ import urllib3
 
 from controller.rest.request import Request, RequestSender
 
-# How long a watch connection may stay silent before we drop it and watch again. client-go
-# notices dead connections with HTTP/2 pings (30 s idle + 15 s ping timeout); over HTTP/1.1 only
-# a read timeout can. Silence alone is not proof of death: kube-apiserver bookmarks a watch about
-# once a minute only while its watch cache moves past the watch's resourceVersion (any change to
-# that resource type in the cluster; apiserver cache_watcher.go `process`), so a watch on an idle
-# resource type can stay silent until etcd's progress notification (10 min by default). Hence
-# silence ends the watch normally and the caller resumes it at once from its last resourceVersion;
-# a dead connection then shows up as the resumed watch failing.
-WATCH_READ_TIMEOUT = 120.0
-
 
 @dataclass(frozen=True)
 class WatchEvent:
