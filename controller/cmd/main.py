@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -69,13 +70,9 @@ class App:
         self.metrics = metrics
         # reconcile writes, events, GC, autoscaler and one watch per informer (8, and up to 6 optional ones)
         pool = opts.threadiness * 2 + 16
-        self.client = RESTClient(
-            load_config(opts.kubeconfig),
-            qps=opts.kube_api_qps,
-            burst=opts.kube_api_burst,
-            pool_size=pool,
-            metrics=metrics,
-        )
+        # every client of the process: one cluster config and one registry, each its own pool and limiter
+        self.new_client = partial(RESTClient, load_config(opts.kubeconfig), metrics=metrics)
+        self.client = self.new_client(qps=opts.kube_api_qps, burst=opts.kube_api_burst, pool_size=pool)
         self.factory = SharedInformerFactory(
             self.client, namespace=opts.namespace, resync_period=opts.resync_period, metrics=metrics
         )
@@ -198,13 +195,11 @@ class App:
         """The progress endpoint's own client, for TokenReviews and the service-account keys: its
         pool and limiter are its own (the gate in progress/tokens.py keeps it under them), so a
         flood of reports never delays a reconcile's request."""
-        return RESTClient(
-            load_config(self.opts.kubeconfig),
+        return self.new_client(
             qps=2 * REVIEW_QPS,
             burst=2 * REVIEW_BURST,
             pool_size=REVIEWS_IN_FLIGHT,
             timeout=10.0,
-            metrics=self.metrics,
             user_agent=f"{self.client.user_agent}/token-review",
         )
 
@@ -331,9 +326,7 @@ def _start_leader_election(
 
     elector = LeaderElector(
         # its own pool and rate limiter: a renewal never queues behind reconcile traffic
-        RESTClient(
-            load_config(opts.kubeconfig), pool_size=2, metrics=metrics, user_agent=app.client.user_agent
-        ),
+        app.new_client(pool_size=2, user_agent=app.client.user_agent),
         LeaderElectionConfig(
             lease_name="torchrun-controller",
             namespace=opts.leader_elect_namespace or current_namespace(opts.kubeconfig),
