@@ -49,11 +49,27 @@ def tiers(path: Path) -> list[str]:
     return [tier for tier, places in TIERS.items() if any(where.startswith(p) for p in places)]
 
 
+def worker_group(path: Path) -> str | None:
+    """The pytest-xdist group a test file's tests run in (`--dist loadgroup`): one group for every
+    real-node module (its bridge, cgroup root and nftables tables are host-wide, so one worker runs
+    them all, one after another), one per control-plane module (its module-scoped fixtures and
+    its tests' order stay on one worker), none for a unit test (any worker, any order)."""
+    marks = tiers(path)
+    if "realnode" in marks:
+        return "realnode"
+    if "integration" in marks:
+        return path.resolve().relative_to(TEST_DIR).as_posix()
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in tiers(item.path):
             item.add_marker(tier)
+        group = worker_group(item.path)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -69,7 +69,8 @@ import json, os
 DESELECTED = {}
 
 def marks(item):
-    return sorted({m.name for m in item.iter_markers()})
+    # an xdist_group marker with the group it names: `xdist_group=<name>`
+    return sorted({"=".join([m.name, *m.args]) if m.name == "xdist_group" else m.name for m in item.iter_markers()})
 
 def pytest_deselected(items):
     DESELECTED.update((i.nodeid, marks(i)) for i in items)
@@ -113,3 +114,14 @@ def test_the_tiers_are_marked_by_directory_and_not_integration_is_the_unit_tests
     assert marked("e2e") == tier["e2e"]
     assert marked("realnode") == {n for n in tier["e2e"] if n.startswith("test/e2e/test_realnode")}
     assert marked("realnode")
+
+    # hack/test.sh's workers (`--dist loadgroup`): every real-node test in one group, so one
+    # worker runs them one after another; each other control-plane module a group of its own
+    # (its module-scoped fixtures set up once); unit tests in none (any worker)
+    def groups(node: str) -> list[str]:
+        return [m.removeprefix("xdist_group=") for m in everything[node] if m.startswith("xdist_group=")]
+
+    assert {n: groups(n) for n in marked("realnode")} == {n: ["realnode"] for n in marked("realnode")}
+    others = marked("integration") - marked("realnode")
+    assert {n: groups(n) for n in others} == {n: [n.split("::")[0].removeprefix("test/")] for n in others}
+    assert not any(groups(n) for n in tier["unit"])
