@@ -70,7 +70,8 @@ DESELECTED = {}
 
 def marks(item):
     # an xdist_group marker with the group it names: `xdist_group=<name>`
-    return sorted({"=".join([m.name, *m.args]) if m.name == "xdist_group" else m.name for m in item.iter_markers()})
+    names = {"=".join([m.name, *m.args]) if m.name == "xdist_group" else m.name for m in item.iter_markers()}
+    return sorted(names)
 
 def pytest_deselected(items):
     DESELECTED.update((i.nodeid, marks(i)) for i in items)

@@ -20,7 +20,9 @@ import pytest
 from controller.sync.prepare import prepare_tools
 
 # what an in-pod helper may reach for once the program runs: never at import time
-FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate", "deepspeed", "safetensors")
+FRAMEWORKS = (
+    "torch", "lightning", "pytorch_lightning", "transformers", "accelerate", "deepspeed", "safetensors",
+)  # fmt: skip
 
 PROBE = """
 import json, sys
