@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 from auditlog import Window, server_seconds
-from burst import job_name, torchrunjob
-from common import REPO, install_crds, kubectl
+from burst import QUEUE, job_name
+from common import REPO, install_crds, kubectl, torchrunjob
 
 Schema = dict[str, Any]
 TORCHRUNJOB_CRD = REPO / "crd" / "torchrun.ai_torchrunjobs.yaml"
@@ -120,7 +120,11 @@ def measure(
 
 def torchrunjob_subjects(versions: dict[str, str]) -> dict[str, Callable[[str], dict[str, Any]]]:
     """The TorchrunJob as shipped and in each installed variant."""
-    subjects: dict[str, Callable[[str], dict[str, Any]]] = {"TorchrunJob": torchrunjob}
+    subjects: dict[str, Callable[[str], dict[str, Any]]] = {
+        "TorchrunJob": lambda name: torchrunjob(name, QUEUE)
+    }
     for variant, api_version in versions.items():
-        subjects[f"TorchrunJob {variant}"] = lambda name, v=api_version: torchrunjob(name, v)
+        subjects[f"TorchrunJob {variant}"] = lambda name, v=api_version: torchrunjob(
+            name, QUEUE, api_version=v
+        )
     return subjects

@@ -30,26 +30,28 @@ from pathlib import Path
 from typing import Any
 
 from auditlog import Window, by_agent
-from burst import bench_queue, submit, torchrunjob
+from burst import bench_queue, submit
 from common import (
     KCM_PRODUCTION,
     KCM_SETTINGS,
     REPO,
+    bench_client,
     control_plane,
     cpu_seconds,
     install_crds,
+    metric_sums,
+    restart_kube_controller_manager,
     rss_kib,
     table,
+    torchrunjob,
 )
-from controllers import _metric_sums, prepare_training_operator, pytorchjob, stop
+from controllers import prepare_training_operator, pytorchjob, stop
 from workload import (
     OURS,
     SUBJECTS,
     TRAINING_OPERATOR,
     Cluster,
     Subject,
-    bench_client,
-    restart_kcm,
     start,
     writes_of,
 )
@@ -77,9 +79,7 @@ def install_queues(rest: RESTClient) -> None:
 
 
 def one_node_torchrunjob(name: str, done: bool) -> dict[str, Any]:
-    job = torchrunjob(name)
-    job["spec"].update(numNodes=1, jobQueue=DONE_QUEUE if done else RUN_QUEUE)
-    return job
+    return torchrunjob(name, DONE_QUEUE if done else RUN_QUEUE, 1)
 
 
 def one_node_pytorchjob(name: str, done: bool) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def populate(
 def _reconciles(port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return _metric_sums(text, 'controller="torchrunjob"').get("controller_reconcile_total", 0.0)
+    return metric_sums(text, 'controller="torchrunjob"').get("controller_reconcile_total", 0.0)
 
 
 def measure(c: Cluster, subject: Subject, ns: str, jobs: int, idle: float, resync: float) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
             setups[subject] = populate(c, subject, f"w3-{subject.name.split('-')[0]}", jobs, done)
             print(f"[{time.strftime('%H:%M:%S')}]   W3 {subject.name} set up: {setups[subject]}", flush=True)
         for setting, kcm in KCM_SETTINGS.items():
-            restart_kcm(c, kcm)
+            restart_kube_controller_manager(c.kubeconfig, kcm, c.rest)
             for subject in SUBJECTS:
                 ns = f"w3-{subject.name.split('-')[0]}"
                 results[(setting, subject)] = measure(c, subject, ns, jobs, args.w3_idle, args.w3_resync)

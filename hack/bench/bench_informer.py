@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import control_plane, rss_kib, table
+from common import bench_client, control_plane, rest_client, rss_kib, table
 
 from controller.cache import SharedInformerFactory
 from controller.cache.transforms import slim_pod, strip_managed_fields
-from controller.rest import RESTClient, load_config
+from controller.rest import RESTClient
 from controller.rest.resources import NAMESPACES, PODS
 
 NAMESPACE = "bench"
@@ -81,7 +81,7 @@ def deep_size(objs: list[Any]) -> int:
 
 def measure(kubeconfig: str, transform: str) -> dict[str, float]:
     """Run in a fresh interpreter so RSS readings are not polluted by earlier runs."""
-    rest = RESTClient(load_config(kubeconfig), qps=1000, burst=1000)
+    rest = rest_client(kubeconfig, qps=1000, burst=1000)
     factory = SharedInformerFactory(rest, namespace=NAMESPACE, transform=TRANSFORMS[transform])
     informer = factory.informer_for(PODS)
     _trim()
@@ -121,7 +121,7 @@ def main() -> None:
         print(json.dumps(measure(args.kubeconfig, args.measure)))
         return
     with control_plane() as kubeconfig:
-        rest = RESTClient(load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32)
+        rest = bench_client(kubeconfig)
         t0 = time.perf_counter()
         create_pods(rest, args.pods)
         print(f"created {args.pods} pods in {time.perf_counter() - t0:.1f}s", file=sys.stderr)

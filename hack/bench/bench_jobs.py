@@ -17,12 +17,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from burst import Arrivals, bench_queue, plain_maker, submit, torchrunjob, wait_pods_running
-from common import REPO, control_plane, install_crds, percentile, rss_kib, table
+from burst import QUEUE, Arrivals, bench_queue, plain_maker, submit, wait_pods_running
+from common import REPO, bench_client, control_plane, install_crds, percentile, rss_kib, table, torchrunjob
 from controllers import start_torchrun_controller, stop
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
-from controller.rest import RESTClient, load_config
+from controller.rest import RESTClient
 from controller.rest.resources import JOBS, NAMESPACES, PODS
 
 WRITE_VERBS = ("create", "update", "update/status", "patch", "patch/status", "delete")
@@ -64,7 +64,7 @@ def run_controller(kubeconfig: Path, rest: RESTClient, n: int, threadiness: int)
         pods = Arrivals(rest, PODS, ns)
 
         def make(name: str) -> None:
-            rest.create(TORCHRUNJOBS, torchrunjob(name), ns)
+            rest.create(TORCHRUNJOBS, torchrunjob(name, QUEUE), ns)
 
         sent = submit(make, n)
         start = min(sent.values())
@@ -104,7 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     with control_plane(nodes=4, pods_per_node=2 * args.jobs) as kubeconfig:
         install_crds(kubeconfig, REPO / "crd")
-        rest = RESTClient(load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32)
+        rest = bench_client(kubeconfig)
         baseline = run_baseline(rest, args.jobs)
         ours = run_controller(kubeconfig, rest, args.jobs, args.threadiness)
     print(

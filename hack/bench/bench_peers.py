@@ -59,19 +59,23 @@ import atrest
 import bigjob
 import chaos
 from auditlog import Window, by_agent, server_seconds
-from burst import Arrivals, bench_queue, per_job, plain_maker, submit, torchrunjob, wait_pods_running
+from burst import QUEUE, Arrivals, bench_queue, per_job, plain_maker, submit, wait_pods_running
 from common import (
+    BENCH_USER_AGENT,
     KCM_DEFAULT,
     KCM_SETTINGS,
     REPO,
+    bench_client,
     control_plane,
     cpu_seconds,
     install_crds,
+    kcm_pid,
     kubectl,
     percentile,
     restart_kube_controller_manager,
     rss_kib,
     table,
+    torchrunjob,
 )
 from controllers import (
     PYTORCHJOBS,
@@ -97,10 +101,9 @@ from trainer import (
 )
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
-from controller.rest import RESTClient, load_config
-from controller.rest.resources import JOBS, NAMESPACES, PODS
+from controller.rest import RESTClient
+from controller.rest.resources import NAMESPACES, PODS
 
-BENCH_USER_AGENT = "torchrun-bench"
 # the test bed's stand-in for a kubelet (hack/testbed/nodeagent) writes a kwok `Logs` object for each
 # of our worker pods, so `kubectl logs` has lines to show; no real cluster has that write
 TESTBED_AGENTS = frozenset({"testbed-node-agent"})
@@ -163,7 +166,7 @@ def _make_pytorchjob(s: Setup, ns: str) -> Callable[[str], None]:
 
 def _make_torchrunjob(s: Setup, ns: str) -> Callable[[str], None]:
     def make(name: str) -> None:
-        s.rest.create(TORCHRUNJOBS, torchrunjob(name), ns)
+        s.rest.create(TORCHRUNJOBS, torchrunjob(name, QUEUE), ns)
 
     return make
 
@@ -233,26 +236,6 @@ def select_subjects(ap: argparse.ArgumentParser, names: str, diagnose: bool) -> 
     return subjects + (DIAGNOSTICS if diagnose else ())
 
 
-def _kcm_pid(kubeconfig: Path) -> int:
-    return int((kubeconfig.parent / "pids" / "kube-controller-manager.pid").read_text())
-
-
-def wait_job_controller(s: Setup, ns: str = "kcm-probe") -> None:
-    """Return once kube-controller-manager's Job controller creates pods (after a restart)."""
-    s.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    probe = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"}, "spec": {"template": {}}}
-    probe["spec"]["template"] = {
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
-    }
-    s.rest.create(JOBS, probe, ns)
-    deadline = time.monotonic() + 120
-    while not s.rest.list(PODS, ns)["items"]:
-        if time.monotonic() > deadline:
-            raise TimeoutError("kube-controller-manager's Job controller created no pod in 120 s")
-        time.sleep(0.5)
-    kubectl(s.kubeconfig, "delete", "namespace", ns, "--timeout=600s")
-
-
 def _processes(started: Any) -> dict[str, Any]:
     """The controller processes a subject started, by program (Trainer v2 runs two)."""
     if isinstance(started, TrainerPeer):
@@ -270,8 +253,8 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
     try:
         pods = Arrivals(s.rest, PODS, ns)
         window = Window(s.kubeconfig.parent, ns)
-        kcm_pid = _kcm_pid(s.kubeconfig)
-        cpu0, kcm0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}, cpu_seconds(kcm_pid)
+        kcm_process = kcm_pid(s.kubeconfig)
+        cpu0, kcm0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}, cpu_seconds(kcm_process)
         sent = submit(subject.make(s, ns), s.jobs)
         submitted = time.perf_counter()
         end = wait_pods_running(pods, 2 * s.jobs)
@@ -299,7 +282,7 @@ def run_burst(s: Setup, subject: Subject, kcm: tuple[int, int]) -> dict[str, Any
             "rss_mib": sum(rss[k] for k in procs) if procs else None,
             "cpu_s": sum(cpu[k] for k in procs) if procs else None,
             "parts": {k: (rss[k], cpu[k]) for k in procs} if len(procs) > 1 else None,
-            "kcm_cpu_s": cpu_seconds(kcm_pid) - kcm0,
+            "kcm_cpu_s": cpu_seconds(kcm_process) - kcm0,
             "passes": pass_profile(metrics, s.jobs) if metrics else None,
         }
     finally:
@@ -461,9 +444,7 @@ def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_h
     trainer_home = build_trainer() if any(subject_key(x) == "trainer" for x in subjects) else None
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with control_plane(nodes=4, pods_per_node=max(110, 2 * args.jobs), kcm=KCM_DEFAULT) as kubeconfig:
-        rest = RESTClient(
-            load_config(str(kubeconfig)), qps=2000, burst=2000, pool_size=32, user_agent=BENCH_USER_AGENT
-        )
+        rest = bench_client(kubeconfig)
         s = Setup(kubeconfig, rest, to_home, args.jobs, args.threads, args.qps, args.burst)
         s.trainer_home = trainer_home
         install_crds(kubeconfig, REPO / "crd")
@@ -479,8 +460,7 @@ def burst_workload(args: argparse.Namespace, subjects: tuple[Subject, ...], to_h
         results: dict[tuple[str, str], dict[str, Any]] = {}
         for setting, kcm in KCM_SETTINGS.items():
             if kcm != KCM_DEFAULT:
-                restart_kube_controller_manager(kubeconfig, kcm)
-                wait_job_controller(s)
+                restart_kube_controller_manager(kubeconfig, kcm, rest)
             for subject in subjects:
                 results[(setting, subject.name)] = run_burst(s, subject, kcm)
                 done = results[(setting, subject.name)]

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from common import REPO, control_plane, table
+from common import REPO, control_plane, table, torchrunjob
 
 from controller.plugin.archive import Archive, write_archive
 from controller.plugin.kube import Kube, load_target
@@ -77,17 +77,7 @@ def pack(root: Path, out: Path) -> dict[str, object]:
 
 
 def sync_pod_ready(kubeconfig: Path, job: str) -> str:
-    body = {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": job},
-        "spec": {
-            "jobQueue": "bench",
-            "numNodes": 1,
-            "command": "python train.py",
-            "workspace": {"source": "upload"},
-        },
-    }
+    body = torchrunjob(job, "bench", 1, workspace={"source": "upload"})
     kubectl(kubeconfig, "apply", "-n", NS, "-f", "-", data=json.dumps(body).encode())
     pod = f"{job}-sync-0"
     deadline = time.monotonic() + 120

@@ -34,12 +34,16 @@ from common import (
     KCM_DEFAULT,
     KCM_PRODUCTION,
     REPO,
+    bench_client,
     control_plane,
     cpu_seconds,
     install_crds,
+    kcm_pid,
     kubectl,
+    restart_kube_controller_manager,
     rss_kib,
     table,
+    torchrunjob,
 )
 from controllers import prepare_training_operator, pytorchjob, stop
 from workload import (
@@ -48,9 +52,6 @@ from workload import (
     TRAINING_OPERATOR,
     Cluster,
     Subject,
-    bench_client,
-    kcm_pid,
-    restart_kcm,
     start,
     writes_of,
 )
@@ -75,18 +76,8 @@ def big_queue() -> dict[str, Any]:
 
 
 def big_torchrunjob(nodes: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": JOB},
-        "spec": {
-            "jobQueue": QUEUE,
-            "numNodes": nodes,
-            "command": "python train.py",
-            "workspace": {"source": "none"},
-            "failurePolicy": {"maxRestarts": 1, "retriableExitCodes": [RETRIABLE_EXIT]},
-        },
-    }
+    failure_policy = {"maxRestarts": 1, "retriableExitCodes": [RETRIABLE_EXIT]}
+    return torchrunjob(JOB, QUEUE, nodes, failurePolicy=failure_policy)
 
 
 def big_pytorchjob(nodes: int) -> dict[str, Any]:
@@ -267,7 +258,7 @@ def main(args: argparse.Namespace, to_home: Path) -> str:
         prepare_training_operator(kubeconfig, c.rest, to_home)
         for setting, kcm in SETTINGS.items():
             if kcm != KCM_DEFAULT:
-                restart_kcm(c, kcm)
+                restart_kube_controller_manager(c.kubeconfig, kcm, c.rest)
             for subject in SUBJECTS:
                 ns = f"w2-{subject.name.split('-')[0]}-{kcm[0]}"
                 results[(setting, subject.name)] = run(c, subject, ns, args.w2_nodes)

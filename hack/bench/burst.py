@@ -4,9 +4,10 @@ at once, watched until every pod is Running.
 `Arrivals` records, from a watch, when each object of one resource in one namespace was first
 seen (client clock, `time.perf_counter`) and which pods are Running; `submit` creates N objects
 from a thread pool and returns when each create was sent. The manifests are the same two-node job
-in each form the benchmarks compare: a TorchrunJob, and the plain Indexed Job + headless Service a
-bare client creates (the ceiling of the Indexed-Job design). Job names are `j0000`, `j0001`, ...;
-every pod's name starts with its job's name and a dash, whoever created it (`job_of`).
+in each form the benchmarks compare: a TorchrunJob (`common.torchrunjob` of `QUEUE`), and the
+plain Indexed Job + headless Service a bare client creates (the ceiling of the Indexed-Job
+design). Job names are `j0000`, `j0001`, ...; every pod's name starts with its job's name and a
+dash, whoever created it (`job_of`).
 """
 
 from __future__ import annotations
@@ -122,21 +123,6 @@ def wait_http_ok(url: str, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{url} never answered 200")
         time.sleep(0.3)
-
-
-def torchrunjob(name: str, api_version: str = "torchrun.ai/v1alpha1") -> dict[str, Any]:
-    """The two-node TorchrunJob of the burst (workspace none: nothing to sync)."""
-    return {
-        "apiVersion": api_version,
-        "kind": "TorchrunJob",
-        "metadata": {"name": name},
-        "spec": {
-            "jobQueue": QUEUE,
-            "numNodes": 2,
-            "command": "python train.py",
-            "workspace": {"source": "none"},
-        },
-    }
 
 
 def bench_queue() -> dict[str, Any]:

@@ -60,12 +60,14 @@ from common import (
     control_plane,
     install_crds,
     percentile,
+    rest_client,
     table,
+    torchrunjob,
 )
 from controllers import torchrun_controller_command
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
-from controller.rest import ApiError, RESTClient, load_config
+from controller.rest import ApiError, RESTClient
 from controller.rest.resources import JOBS, LEASES, NAMESPACES, PVCS, SERVICES
 
 NODES = 2  # per job
@@ -413,7 +415,7 @@ def run(
     """One chaos run in namespace `ns` (it must exist) of the control plane whose admin kubeconfig
     is `kubeconfig` (its state dir is the kubeconfig's directory); the result as a dict."""
     logs = logs or Path(tempfile.mkdtemp(prefix="chaos-logs-"))
-    rest = RESTClient(load_config(str(kubeconfig)), qps=500, burst=1000, pool_size=32)
+    rest = rest_client(kubeconfig, qps=500, burst=1000, pool_size=32)
     queue = f"chaos-{ns}"
     _create(rest, TORCHRUNQUEUES, chaos_queue(queue, duration))
     window = Window(kubeconfig.parent, ns)
@@ -425,7 +427,7 @@ def run(
     try:
         replicas.wait_leader()
         recorder.when_all_done(names)
-        submit(lambda name: _create(rest, TORCHRUNJOBS, chaos_job(name, queue), ns), jobs)
+        submit(lambda name: _create(rest, TORCHRUNJOBS, torchrunjob(name, queue, NODES), ns), jobs)
         chaos.run(kills)
         chaos_done = time.time()
         wait_done(recorder, names, settle_timeout)
@@ -474,21 +476,6 @@ def run(
             + [(round(t - started, 1), "every job Succeeded") for t in [recorder.all_done] if t is not None]
         ),
         "all_done_s": None if recorder.all_done is None else round(recorder.all_done - started, 1),
-    }
-
-
-def chaos_job(name: str, queue: str) -> dict[str, Any]:
-    """The two-node TorchrunJob of the run (workspace none: nothing to sync)."""
-    return {
-        "apiVersion": "torchrun.ai/v1alpha1",
-        "kind": "TorchrunJob",
-        "metadata": {"name": name},
-        "spec": {
-            "jobQueue": queue,
-            "numNodes": NODES,
-            "command": "python train.py",
-            "workspace": {"source": "none"},
-        },
     }
 
 
@@ -566,7 +553,7 @@ def on_own_plane(kcm: tuple[int, int], **kwargs: Any) -> dict[str, Any]:
     in namespace `chaos`; `kwargs` are run()'s. The run's result, violations included."""
     with control_plane(nodes=4, pods_per_node=2 * kwargs["jobs"] + 10, kcm=kcm) as kubeconfig:
         install_crds(kubeconfig, REPO / "crd")
-        rest = RESTClient(load_config(str(kubeconfig)))
+        rest = rest_client(kubeconfig)
         rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "chaos"}})
         return run(kubeconfig, "chaos", **kwargs)
 

@@ -1,5 +1,7 @@
 """Shared benchmark plumbing: a private control plane for the run (kube-controller-manager's client
-rate a knob), kubectl at the pinned version, RSS and CPU readings of a process, a table printer."""
+rate a knob, restarted at another), kubectl at the pinned version, the bench's REST client, the
+TorchrunJob every bench submits, sums of a /metrics scrape, RSS and CPU readings of a process, a
+table printer."""
 
 from __future__ import annotations
 
@@ -9,8 +11,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from controller.rest import RESTClient, load_config
+from controller.rest.resources import JOBS, NAMESPACES, PODS
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLPLANE = REPO / "hack" / "controlplane.sh"
@@ -20,6 +27,8 @@ KCM_DEFAULT = (20, 30)  # kube-controller-manager's --kube-api-qps / --kube-api-
 KCM_PRODUCTION = (100, 200)  # a common production setting
 # every workload runs at both, by these names
 KCM_SETTINGS = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
+BENCH_USER_AGENT = "torchrun-bench"  # the bench's own writes, told apart in the audit log
+API_VERSION = "torchrun.ai/v1alpha1"
 
 
 def _controlplane_env(run_dir: Path, **settings: object) -> dict[str, str]:
@@ -45,12 +54,75 @@ def control_plane(
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def restart_kube_controller_manager(kubeconfig: Path, kcm: tuple[int, int]) -> None:
+def restart_kube_controller_manager(kubeconfig: Path, kcm: tuple[int, int], rest: RESTClient) -> None:
     """Run the control plane's kube-controller-manager again at client rate `kcm` (QPS, burst); same
-    ports and data, so the objects and every other component stay as they are."""
+    ports and data, so the objects and every other component stay as they are. Returns once its
+    Job controller creates pods (a probe Job, in a namespace deleted after)."""
     env = _controlplane_env(kubeconfig.parent, kcm_qps=kcm[0], kcm_burst=kcm[1])
     for step in ("stop", "start"):
         subprocess.run([str(CONTROLPLANE), step, "kube-controller-manager"], env=env, check=True)
+    ns = "kcm-probe"
+    rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    container = {"name": "c", "image": "busybox"}
+    probe = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "probe"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }
+    rest.create(JOBS, probe, ns)
+    deadline = time.monotonic() + 120
+    while not rest.list(PODS, ns)["items"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("kube-controller-manager's Job controller created no pod in 120 s")
+        time.sleep(0.5)
+    kubectl(kubeconfig, "delete", "namespace", ns, "--timeout=600s")
+
+
+def kcm_pid(kubeconfig: Path) -> int:
+    """The control plane's kube-controller-manager process."""
+    return int((kubeconfig.parent / "pids" / "kube-controller-manager.pid").read_text())
+
+
+def rest_client(kubeconfig: Path | str, **settings: Any) -> RESTClient:
+    """A client on `kubeconfig`; `settings` are `RESTClient`'s keywords."""
+    return RESTClient(load_config(str(kubeconfig)), **settings)
+
+
+def bench_client(kubeconfig: Path) -> RESTClient:
+    """The bench's own client: fast enough never to be what is measured."""
+    return rest_client(kubeconfig, qps=2000, burst=2000, pool_size=32, user_agent=BENCH_USER_AGENT)
+
+
+def torchrunjob(
+    name: str, queue: str, nodes: int = 2, *, api_version: str = API_VERSION, **spec: Any
+) -> dict[str, Any]:
+    """A TorchrunJob of `nodes` nodes of `queue` running `python train.py` with workspace none
+    (nothing to sync); `spec` adds or replaces fields of its spec."""
+    return {
+        "apiVersion": api_version,
+        "kind": "TorchrunJob",
+        "metadata": {"name": name},
+        "spec": {
+            "jobQueue": queue,
+            "numNodes": nodes,
+            "command": "python train.py",
+            "workspace": {"source": "none"},
+            **spec,
+        },
+    }
+
+
+def metric_sums(text: str, label: str) -> dict[str, float]:
+    """Prometheus text: the sum of every sample per metric name, over the samples whose labels
+    contain `label` (a `name="value"` pair)."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" not in line or label not in line:
+            continue
+        name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
 
 
 def pins() -> dict[str, str]:

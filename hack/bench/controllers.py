@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from burst import IMAGE, wait_http_ok
-from common import REPO, free_port, install_crds
+from common import REPO, free_port, install_crds, metric_sums
 
 from controller.rest import ApiError, Resource, RESTClient
 from controller.rest.resources import NAMESPACES
@@ -180,26 +180,14 @@ def pytorchjob(name: str) -> dict[str, Any]:
     }
 
 
-def _metric_sums(text: str, label: str) -> dict[str, float]:
-    """Prometheus text: the sum of every sample per metric name, over the samples whose labels
-    contain `label` (a `name="value"` pair)."""
-    sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or "{" not in line or label not in line:
-            continue
-        name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
-        sums[name] = sums.get(name, 0.0) + value
-    return sums
-
-
 def pass_profile(metrics_port: int, jobs: int) -> dict[str, float]:
     """How our controller spent its TorchrunJob passes so far, from its /metrics: passes per job,
     mean pass and queue-wait milliseconds, and seconds its client waited for its QPS limit."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    ours = _metric_sums(text, 'controller="torchrunjob"')
-    queue = _metric_sums(text, 'name="torchrunjob"')
-    limiter = _metric_sums(text, "verb=")
+    ours = metric_sums(text, 'controller="torchrunjob"')
+    queue = metric_sums(text, 'name="torchrunjob"')
+    limiter = metric_sums(text, "verb=")
 
     def mean_ms(sums: dict[str, float], metric: str) -> float:
         return 1000 * sums.get(f"{metric}_sum", 0.0) / max(1.0, sums.get(f"{metric}_count", 0.0))

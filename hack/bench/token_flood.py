@@ -33,11 +33,21 @@ from pathlib import Path
 from typing import Any
 
 import jwt
-from common import REPO, control_plane, free_port, install_crds, kubectl, percentile, table
+from common import (
+    REPO,
+    control_plane,
+    free_port,
+    install_crds,
+    kubectl,
+    percentile,
+    rest_client,
+    table,
+    torchrunjob,
+)
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from controller.api.resources import TORCHRUNJOBS
-from controller.rest import RESTClient, load_config
+from controller.rest import RESTClient
 
 AUDIENCE = "torchrun-controller"  # controller.progress.identity.AUDIENCE
 
@@ -142,9 +152,8 @@ def job_verbs(rest: RESTClient, ns: str, queue: str) -> tuple[Callable[[str], No
     """Create a 2-node TorchrunJob of `queue` by name, and read a job's phase by name."""
 
     def create(name: str) -> None:
-        spec = {"jobQueue": queue, "numNodes": 2, "command": "python t.py", "workspace": {"source": "none"}}
-        body = {"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "metadata": {"name": name}}
-        rest.request("create", "POST", TORCHRUNJOBS.path(ns), TORCHRUNJOBS.key, body={**body, "spec": spec})
+        body = torchrunjob(name, queue, command="python t.py")
+        rest.request("create", "POST", TORCHRUNJOBS.path(ns), TORCHRUNJOBS.key, body=body)
 
     def phase(name: str) -> str:
         got = rest.request("get", "GET", TORCHRUNJOBS.path(ns, name), TORCHRUNJOBS.key)
@@ -206,7 +215,7 @@ def _bed(kubeconfig: Path, log: Path) -> Iterator[tuple[str, Any, str]]:
             if time.monotonic() > deadline:
                 raise TimeoutError("the progress endpoint never answered")
             time.sleep(0.2)
-        yield ns, RESTClient(load_config(str(kubeconfig))), url
+        yield ns, rest_client(kubeconfig), url
     finally:
         proc.terminate()
         proc.wait(timeout=30)

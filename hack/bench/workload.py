@@ -1,4 +1,4 @@
-"""What W2 (bigjob.py) and W3 (atrest.py) share: the run's control plane and client, the two
+"""What W2 (bigjob.py) and W3 (atrest.py) share: the run's control plane and client (`Cluster`), the two
 controllers they compare started at a given client rate, and each controller's own writes.
 
 Both controllers talk to the API server as admin: the audit log tells their writes apart by user
@@ -8,13 +8,11 @@ agent only (controllers.py).
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from auditlog import by_agent
-from common import kubectl, restart_kube_controller_manager
 from controllers import (
     PYTORCHJOBS,
     TORCHRUN_USER_AGENT,
@@ -24,10 +22,8 @@ from controllers import (
 )
 
 from controller.api.resources import TORCHRUNJOBS
-from controller.rest import Resource, RESTClient, load_config
-from controller.rest.resources import JOBS, NAMESPACES, PODS
+from controller.rest import Resource, RESTClient
 
-BENCH_USER_AGENT = "torchrun-bench"
 # the test bed's stand-in for a kubelet writes a kwok `Logs` per worker pod of ours: no real cluster does
 TESTBED_AGENTS = frozenset({"testbed-node-agent"})
 
@@ -43,37 +39,6 @@ class Cluster:
     threads: int
     qps: int
     burst: int
-
-
-def bench_client(kubeconfig: Path) -> RESTClient:
-    """The bench's own client: fast enough never to be what is measured."""
-    config = load_config(str(kubeconfig))
-    return RESTClient(config, qps=2000, burst=2000, pool_size=32, user_agent=BENCH_USER_AGENT)
-
-
-def kcm_pid(kubeconfig: Path) -> int:
-    return int((kubeconfig.parent / "pids" / "kube-controller-manager.pid").read_text())
-
-
-def restart_kcm(c: Cluster, kcm: tuple[int, int], ns: str = "kcm-probe") -> None:
-    """kube-controller-manager again at client rate `kcm`; returns once its Job controller creates
-    pods (a probe Job in a namespace deleted after)."""
-    restart_kube_controller_manager(c.kubeconfig, kcm)
-    c.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    container = {"name": "c", "image": "busybox"}
-    probe = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "probe"},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
-    }
-    c.rest.create(JOBS, probe, ns)
-    deadline = time.monotonic() + 120
-    while not c.rest.list(PODS, ns)["items"]:
-        if time.monotonic() > deadline:
-            raise TimeoutError("kube-controller-manager's Job controller created no pod in 120 s")
-        time.sleep(0.5)
-    kubectl(c.kubeconfig, "delete", "namespace", ns, "--timeout=600s")
 
 
 @dataclass(frozen=True)
