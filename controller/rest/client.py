@@ -1,12 +1,12 @@
 """RESTClient: the Kubernetes API verbs, raw JSON in and out.
 
-Each verb turns its arguments into one `Request` value — path from the `Resource`, query,
-body, content type, field manager — and hands it to the sender (`request.py`): rate limit,
-write fence, timeout, retry policy and metrics are the same for every verb and decided there;
-`watch` opens a `WatchStream` (`watch.py`). The keywords that tune one call (`CallOptions`: retry
-budget, timeout, fence; a write's `WriteOptions` add its field manager) are declared once and
-taken alike by every other verb; the client's own settings are `RequestSender`'s. Hot paths (informers, reconcilers) get and send
-`dict`s decoded straight from the response bytes.
+Each verb turns its arguments into one `Request` value — path from the `Resource`, query, body,
+content type, field manager — and hands it to the sender (`request.py`): rate limit, write fence,
+timeout, retry policy and metrics are the same for every verb and decided there; `watch` opens a
+`WatchStream` (`watch.py`). The keywords that tune one call (`CallOptions`: retry budget, timeout,
+fence; a write's `WriteOptions` add its field manager) are declared once and taken alike by every
+other verb; the client's own settings are `RequestSender`'s. Hot paths (informers, reconcilers) get
+and send `dict`s decoded straight from the response bytes.
 
 Guarantees: a verb sends exactly the request its arguments describe (writes carry
 `fieldManager`, deletes a `DeleteOptions` body); it returns the server's answer decoded, or
