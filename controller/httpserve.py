@@ -1,5 +1,8 @@
 """`BoundedHTTPServer`: the one HTTP server shape every listener of ours uses — the controller's
-metrics and health listeners, the progress endpoint and the reporter sidecar's `/metrics`.
+metrics and health listeners, the progress endpoint and the reporter sidecar's `/metrics` — and
+`Listener`, the one lifecycle of the controller's: bound on "host:port" when built (no host: every
+address; port 0: any free one, then `port`), served by a daemon thread from `start()`, stopped
+and its socket closed by `shutdown()`.
 
 Guarantees, whatever clients do (SPEC §12: every endpoint bounded in connections, time and cost):
 - at most `workers` connections are served at once, each on a thread of its own; a connection
@@ -22,9 +25,10 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 REAP_SECONDS = 0.25
+L = TypeVar("L", bound="Listener")
 
 
 class BoundedHTTPServer(HTTPServer):
@@ -102,3 +106,35 @@ class BoundedHTTPServer(HTTPServer):
     def server_close(self) -> None:
         self._closed.set()
         super().server_close()
+
+
+class Listener:
+    """A `BoundedHTTPServer` served on a daemon thread named `name` (module doc)."""
+
+    def __init__(
+        self,
+        address: str,
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        name: str,
+        workers: int,
+        deadline: float,
+        context: ssl.SSLContext | None = None,
+    ) -> None:
+        host, _, port = address.rpartition(":")
+        self._server = BoundedHTTPServer(
+            (host or "0.0.0.0", int(port)), handler, workers=workers, deadline=deadline, context=context
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self: L) -> L:
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,26 +1,26 @@
-"""HTTP endpoints of the controller process: `/metrics` (Prometheus text format), `/healthz`
-(the process serves requests) and `/readyz` (a readiness function, e.g. caches synced and, with
-leader election, leading or standing by). A daemon thread serves them; `shutdown()` stops it.
-Bounded (`httpserve.BoundedHTTPServer`): `WORKERS` connections at once, the excess closed at once,
-`DEADLINE` seconds each in all — so idle or trickling connections never exhaust threads, and the
-health listener (`--health-addr`, its own server) keeps answering the kubelet's probes.
+"""HTTP endpoints of the controller process: `/metrics` (Prometheus text format), `/healthz` (the
+process serves requests) and `/readyz` (a readiness function, e.g. caches synced and, with leader
+election, leading or standing by). A daemon thread serves them from `start()`; `shutdown()` stops
+it (`httpserve.Listener`). Bounded (`httpserve.BoundedHTTPServer`): `WORKERS` connections at once,
+the excess closed at once, `DEADLINE` seconds each in all — so idle or trickling connections never
+exhaust threads, and the health listener (`--health-addr`, its own server) keeps answering the
+kubelet's probes.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from controller.httpserve import BoundedHTTPServer
+from controller.httpserve import Listener
 
 WORKERS = 16
 DEADLINE = 5.0
 
 
-class MetricsServer:
+class MetricsServer(Listener):
     def __init__(
         self,
         address: str,
@@ -28,7 +28,6 @@ class MetricsServer:
         ready: Callable[[], bool] = lambda: True,
         healthy: Callable[[], bool] = lambda: True,
     ) -> None:
-        host, _, port = address.rpartition(":")
         registry_ = registry
         ready_, healthy_ = ready, healthy
 
@@ -56,19 +55,4 @@ class MetricsServer:
             def log_message(self, format: str, *args: object) -> None:  # quiet: scraped every few seconds
                 return
 
-        self._server = BoundedHTTPServer(
-            (host or "0.0.0.0", int(port)), Handler, workers=WORKERS, deadline=DEADLINE
-        )
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-server", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def shutdown(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(address, Handler, name="metrics-server", workers=WORKERS, deadline=DEADLINE)

@@ -12,8 +12,10 @@ to any replica, so a retry soon reaches the leader. The leader:
    a refusal at 2 or 3 is a value (`identity.Refusal`: its status and message are the answer);
 4. parses the record like the sidecar did (`record.parse_object`: a pod is not trusted either)
    and keeps it (`store.ProgressStore`); when the job needs a pass, `enqueue`s it.
-Connections are bounded (`httpserve.BoundedHTTPServer`: `WORKERS` at once, excess closed at once,
-`DEADLINE` seconds each in all); refusals are logged at most one line per 10 s (`SampledLog`).
+Served as every listener of the controller is (`httpserve.Listener`: a daemon thread from `start()`
+to `shutdown()`); connections are bounded (`httpserve.BoundedHTTPServer`: `WORKERS` at once, excess
+closed at once, `DEADLINE` seconds each in all); refusals are logged at most one line per 10 s
+(`SampledLog`).
 An answer is one JSON line `{"accepted": bool, "message": ...}`. Nothing here writes to the API
 server but the TokenReview: the job reconciler writes status (`torchrunjob/progress.py`).
 """
@@ -34,7 +36,7 @@ from prometheus_client import Counter
 
 from controller.cache import Lister
 from controller.clock import utc_now
-from controller.httpserve import BoundedHTTPServer
+from controller.httpserve import Listener
 from controller.progress.identity import Refusal, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
 from controller.progress.saved import parse_saved
@@ -48,7 +50,7 @@ DEADLINE = 10.0  # seconds a connection has in all: TLS handshake, headers, body
 WORKERS = 320  # connections served at once (256 pods of one job reporting together, and more)
 
 
-class ProgressEndpoint:
+class ProgressEndpoint(Listener):
     def __init__(
         self,
         address: str,
@@ -68,7 +70,6 @@ class ProgressEndpoint:
         self.accepting = accepting
         self.reports = reports
         endpoint = self
-        host, _, port = address.rpartition(":")
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -86,25 +87,10 @@ class ProgressEndpoint:
             def log_message(self, format: str, *args: object) -> None:  # one line per refusal instead
                 return
 
-        self._server = BoundedHTTPServer(
-            (host or "0.0.0.0", int(port)), Handler, workers=WORKERS, deadline=DEADLINE, context=context
-        )
         self.refusals = SampledLog("progress report refused")
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="progress-endpoint", daemon=True
+        super().__init__(
+            address, Handler, name="progress-endpoint", workers=WORKERS, deadline=DEADLINE, context=context
         )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> ProgressEndpoint:
-        self._thread.start()
-        return self
-
-    def shutdown(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def handle(self, request: BaseHTTPRequestHandler) -> tuple[int, str]:
         """The HTTP status and message of one request (module docstring)."""
