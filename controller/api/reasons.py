@@ -1,12 +1,16 @@
-"""The job controller's vocabulary: every condition and Event reason, with its Event severity.
+"""The controllers' vocabulary: every condition and Event reason, with its Event severity.
 
 Reasons are API (CamelCase, one word: the Kubernetes API conventions), so each is spelled once,
 here, and carries how its transitions become Events:
 - `WARNING`: a Warning Event whenever a condition moves to this reason (trouble to act on);
 - `NORMAL`: a Normal Event when a condition becomes True with it (progress worth a line);
 - `QUIET`: no Event (too routine; the condition still says it).
-A reason not listed here — the sync program's failure reasons reach `WorkspaceReady` verbatim —
-counts as `WARNING`, so a new reason can never silently become a Normal Event.
+Three sets, one per speaker: `Reason` (the TorchrunJob controller's conditions and Events),
+`QueueReason` (the TorchrunQueue controller's `Ready` and `KaiQueueReady`: it records no Events,
+so every one is `QUIET`) and `AutoscalerReason` (its `ScaledUp`/`ScaledDown` Events, and why a
+resize was planned, which its Event message and log line say).
+A job reason not listed here — the sync program's failure reasons reach `WorkspaceReady`
+verbatim — counts as `WARNING`, so a new reason can never silently become a Normal Event.
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ class Severity(Enum):
     WARNING = "Warning"
 
 
-class Reason(str, Enum):
-    """A reason and its Event severity (`Reason.X.severity`); its value is the API string."""
+class _Vocabulary(str, Enum):
+    """A reason and its Event severity (`X.severity`); its value is the API string."""
 
     severity: Severity
 
-    def __new__(cls, value: str, severity: Severity) -> Reason:
+    def __new__(cls, value: str, severity: Severity = Severity.QUIET) -> _Vocabulary:
         member = str.__new__(cls, value)
         member._value_ = value
         member.severity = severity
@@ -33,6 +37,10 @@ class Reason(str, Enum):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class Reason(_Vocabulary):
+    """The TorchrunJob controller's reasons."""
 
     # Admitted
     ADMITTED = "Admitted", Severity.NORMAL
@@ -91,8 +99,35 @@ class Reason(str, Enum):
     RETRIABLE_LIMIT = "RetriableFailureLimitExceeded", Severity.WARNING
 
 
+class QueueReason(_Vocabulary):
+    """The TorchrunQueue controller's reasons, for `Ready` (its checks in order) and `KaiQueueReady`."""
+
+    READY = "Ready"
+    INVALID_SPEC = "InvalidSpec"
+    STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
+    SCHEDULER_NOT_INSTALLED = "SchedulerNotInstalled"
+    PARENT_QUEUE_NOT_FOUND = "ParentQueueNotFound"  # kai-scheduler only, in both conditions
+    # KaiQueueReady
+    KAI_NOT_INSTALLED = "KaiNotInstalled"
+    KAI_QUEUE_SYNCED = "KaiQueueSynced"
+    KAI_QUEUE_NOT_MANAGED = "KaiQueueNotManaged"
+    KAI_QUEUE_REJECTED = "KaiQueueRejected"
+
+
+class AutoscalerReason(_Vocabulary):
+    """The autoscaler's Events on a job it resized, and why it planned the resize."""
+
+    SCALED_UP = "ScaledUp", Severity.NORMAL
+    SCALED_DOWN = "ScaledDown", Severity.NORMAL
+    # why (a resize's cause: in the Event's message and the log, never an Event's reason)
+    FREE_CAPACITY = "FreeCapacity"
+    LOAD_ABOVE_TARGET = "LoadAboveTarget"
+    PENDING_WORK = "PendingWork"
+    OWN_PODS_UNSCHEDULABLE = "OwnPodsUnschedulable"
+
+
 def severity_of(reason: str) -> Severity:
-    """The Event severity of `reason`; a reason not in `Reason` is a Warning."""
+    """The Event severity of job reason `reason`; a reason not in `Reason` is a Warning."""
     known = _BY_VALUE.get(reason)
     return Severity.WARNING if known is None else known.severity
 

@@ -9,8 +9,8 @@ GPU load, plans (`planner.py`) and applies each change as a merge patch of the j
 patch is refused (409) and the next pass plans again from fresh state, so a decision is never
 applied to a job it was not made for. The TorchrunJob reconciler then moves the worker Job's
 parallelism to it (torchrunjob/elastic.py). Each applied change is an Event on the job
-(`ScaledUp`/`ScaledDown`: `2→3 nodes, cluster GPU load 0.62 → 0.75`, and why), a log line and
-`torchrun_autoscaler_resizes_total{direction}`."""
+(`ScaledUp`/`ScaledDown`: `2→3 nodes, cluster GPU load 0.62 → 0.75`, and why — the reasons are
+`api.reasons.AutoscalerReason`), a log line and `torchrun_autoscaler_resizes_total{direction}`."""
 
 from __future__ import annotations
 
@@ -20,17 +20,11 @@ from collections.abc import Callable
 
 import structlog
 
+from controller.api.reasons import AutoscalerReason
 from controller.api.resources import TORCHRUNJOBS
 from controller.autoscaler.metrics import AutoscalerMetrics
 from controller.autoscaler.model import Resize
-from controller.autoscaler.planner import (
-    FREE_CAPACITY,
-    LOAD_ABOVE_TARGET,
-    OWN_PODS_UNSCHEDULABLE,
-    PENDING_WORK,
-    cluster_load,
-    plan,
-)
+from controller.autoscaler.planner import cluster_load, plan
 from controller.autoscaler.snapshot import build_snapshot, elastic_candidate, queue_settings
 from controller.cache import Lister
 from controller.rest.client import RESTClient
@@ -39,17 +33,15 @@ from controller.runtime.events import NORMAL, EventRecorder
 
 log = structlog.get_logger("autoscaler")
 
-SCALED_UP = "ScaledUp"
-SCALED_DOWN = "ScaledDown"
-
 
 def resize_message(change: Resize, max_load: float) -> str:
     """`2→3 nodes, cluster GPU load 0.62 → 0.75`, then why."""
+    target = f"{max_load:.2f} target"
     why = {
-        FREE_CAPACITY: f"room for a node on {change.node}, load stays within the {max_load:.2f} target",
-        LOAD_ABOVE_TARGET: f"load above the {max_load:.2f} target",
-        PENDING_WORK: "making room for work waiting as Unschedulable",
-        OWN_PODS_UNSCHEDULABLE: "its own pods cannot be scheduled",
+        AutoscalerReason.FREE_CAPACITY: f"room for a node on {change.node}, load stays within the {target}",
+        AutoscalerReason.LOAD_ABOVE_TARGET: f"load above the {target}",
+        AutoscalerReason.PENDING_WORK: "making room for work waiting as Unschedulable",
+        AutoscalerReason.OWN_PODS_UNSCHEDULABLE: "its own pods cannot be scheduled",
     }.get(change.reason, change.reason)
     return (
         f"{change.from_nodes}→{change.to_nodes} nodes, cluster GPU load "
@@ -135,13 +127,14 @@ class Autoscaler:
                 return False
             raise
         message = resize_message(change, self.max_load)
-        self.recorder.event(raw, NORMAL, SCALED_UP if change.direction == "up" else SCALED_DOWN, message)
+        reason = AutoscalerReason.SCALED_UP if change.direction == "up" else AutoscalerReason.SCALED_DOWN
+        self.recorder.event(raw, NORMAL, reason, message)
         self.metrics.resizes.labels(change.direction).inc()
         log.info(
             "resized",
             key=change.key,
             nodes=f"{change.from_nodes}->{change.to_nodes}",
-            reason=change.reason,
+            reason=str(change.reason),
             load_before=round(change.load_before, 4),
             load_after=round(change.load_after, 4),
         )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from controller.api.reasons import AutoscalerReason
+
 Resources = Mapping[str, int]
 
 
@@ -118,7 +120,7 @@ class Resize:
     load_before: float
     load_after: float
     node: str | None  # where the dry run placed the new pod, or the node the removed pod frees
-    reason: str  # FreeCapacity, LoadAboveTarget, PendingWork, OwnPodsUnschedulable
+    reason: AutoscalerReason  # why the planner made the change
 
     @property
     def direction(self) -> str:

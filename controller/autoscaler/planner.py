@@ -23,13 +23,10 @@ placed. The property tests in test/unit/test_autoscaler_properties.py check it.
 
 from __future__ import annotations
 
+from controller.api.reasons import AutoscalerReason
 from controller.autoscaler.model import ClusterSnapshot, ElasticJob, PendingPod, Resize
 from controller.autoscaler.placement import FreeCapacity, fits
 
-FREE_CAPACITY = "FreeCapacity"
-LOAD_ABOVE_TARGET = "LoadAboveTarget"
-PENDING_WORK = "PendingWork"
-OWN_PODS_UNSCHEDULABLE = "OwnPodsUnschedulable"
 _EPSILON = 1e-9
 
 
@@ -104,7 +101,7 @@ class _Pass:
         jobs = [j for j in self.jobs if j.nodes > j.min_nodes and j.key not in self.changed]
         return sorted(jobs, key=lambda j: (-j.fulfilment, -j.nodes, j.key))
 
-    def shrink(self, job: ElasticJob, reason: str) -> None:
+    def shrink(self, job: ElasticJob, reason: AutoscalerReason) -> None:
         node = job.placement[-1]
         before = self.load(job.gpu_resource)
         if node is not None:
@@ -115,7 +112,7 @@ class _Pass:
     def shrink_waiting(self) -> None:
         for job in self.shrinkable():
             if job.waiting:
-                self.shrink(job, OWN_PODS_UNSCHEDULABLE)
+                self.shrink(job, AutoscalerReason.OWN_PODS_UNSCHEDULABLE)
 
     def shrink_over_target(self) -> None:
         for resource in sorted(self.allocatable):
@@ -123,7 +120,7 @@ class _Pass:
                 if not self.over_target(resource):
                     break
                 if job.gpu_resource == resource and job.gpus_per_node and job.placement[-1] is not None:
-                    self.shrink(job, LOAD_ABOVE_TARGET)
+                    self.shrink(job, AutoscalerReason.LOAD_ABOVE_TARGET)
 
     def shrink_for(self, unmet: list[PendingPod]) -> list[PendingPod]:
         while unmet:
@@ -134,7 +131,7 @@ class _Pass:
             )
             if pick is None:
                 break
-            self.shrink(pick, PENDING_WORK)
+            self.shrink(pick, AutoscalerReason.PENDING_WORK)
             unmet = [p for p in unmet if not self.place(p)]
         return unmet
 
@@ -159,9 +156,11 @@ class _Pass:
             before = self.load(resource)
             self.capacity.take(node, job.pod.requests)
             self.used[resource] = self.used.get(resource, 0) + gpus
-            self.record(job, job.nodes + 1, before, node, FREE_CAPACITY)
+            self.record(job, job.nodes + 1, before, node, AutoscalerReason.FREE_CAPACITY)
 
-    def record(self, job: ElasticJob, to_nodes: int, before: float, node: str | None, reason: str) -> None:
+    def record(
+        self, job: ElasticJob, to_nodes: int, before: float, node: str | None, reason: AutoscalerReason
+    ) -> None:
         after = self.load(job.gpu_resource)
         self.changes.append(
             Resize(job.key, job.nodes, to_nodes, job.gpu_resource, before, after, node, reason)

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from controller.api import GENERATION_ANNOTATION, JobConditionType, parse_time
+from controller.api.reasons import Reason
 from controller.meta import is_controlled_by
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_worker_job, job_pods
 from controller.plugin.watch import Waiting, condition
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.status import unschedulable
 
 ENDED = ("Succeeded", "Failed")

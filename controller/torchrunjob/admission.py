@@ -25,8 +25,8 @@ from controller.api import (
     resolve_topology,
     validate_job,
 )
+from controller.api.reasons import Reason
 from controller.torchrunjob.manifests.launch import LaunchError, ParsedCommand, parse_command
-from controller.torchrunjob.reasons import Reason
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import CheckpointStatus, parse_time
+from controller.api.reasons import Reason
 from controller.checkpoint import CheckpointReport, parse_report
 from controller.meta import is_controlled_by
 from controller.torchrunjob.manifests.common import COMPLETION_INDEX_ANNOTATION
 from controller.torchrunjob.manifests.tools import PREPARE_CONTAINER
-from controller.torchrunjob.reasons import Reason
 
 MAX_PROBLEMS = 16
 

@@ -23,11 +23,11 @@ from typing import Any
 import structlog
 
 from controller.api import JOB_KIND, JobConditionType, TorchrunJob
+from controller.api.reasons import Reason
 from controller.cache import Lister
 from controller.meta import Obj, Resource, controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("torchrunjob")

@@ -30,6 +30,7 @@ import structlog
 
 from controller.api import InvalidObjectError, TorchrunJob, find_condition
 from controller.api import JobConditionType as C
+from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
 from controller.cache import Lister
 from controller.clock import utc_now
@@ -54,7 +55,6 @@ from controller.torchrunjob.manifests.service import build_service, service_drif
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.progress import ProgressSettings, ProgressStep
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.reporter import StatusReporter
 from controller.torchrunjob.start_evidence import StartEvidence
 from controller.torchrunjob.steps import Proceed, Step

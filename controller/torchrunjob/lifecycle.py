@@ -31,7 +31,7 @@ from typing import Any
 
 from controller.api import JobConditionType as C
 from controller.api import TorchrunJob, TorchrunJobStatus
-from controller.torchrunjob.reasons import Reason
+from controller.api.reasons import Reason
 from controller.torchrunjob.starting import Blocked
 from controller.torchrunjob.status import Outcome
 from controller.torchrunjob.steps import Observed

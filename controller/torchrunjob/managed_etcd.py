@@ -15,6 +15,7 @@ The builders and the reading of the pod's state are pure, in `manifests/etcd.py`
 from __future__ import annotations
 
 from controller.api import TorchrunJob, TorchrunQueue
+from controller.api.reasons import Reason
 from controller.meta import is_controlled_by
 from controller.rest.resources import PODS, SERVICES
 from controller.torchrunjob.children import Children
@@ -27,7 +28,6 @@ from controller.torchrunjob.manifests.etcd import (
     has_ended,
 )
 from controller.torchrunjob.manifests.rendezvous import etcd_name
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.steps import Proceed, Step
 
 

@@ -51,6 +51,7 @@ from typing import Any
 import structlog
 
 from controller.api import JOB_LABEL, JobConditionType, JobTopology, Scheduler, TorchrunJob, TorchrunQueue
+from controller.api.reasons import Reason
 from controller.cache import Lister, OptionalInformers
 from controller.meta import Obj, Resource, is_controlled_by
 from controller.rest.client import RESTClient
@@ -63,7 +64,6 @@ from controller.torchrunjob.manifests.podgroup import (
     drift,
     workload_active_patch,
 )
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.starting import kueue_hold
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 

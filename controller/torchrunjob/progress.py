@@ -56,6 +56,7 @@ from controller.api import (
 )
 from controller.api import JobConditionType as C
 from controller.api.progress import EffectivePolicy, OnStall, Progress, effective
+from controller.api.reasons import Reason
 from controller.cache import Lister
 from controller.meta import Obj, is_controlled_by
 from controller.progress.stall import RankState, Startup, decide, starting
@@ -64,7 +65,6 @@ from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.manifests.worker import COMPLETION_INDEX_ANNOTATION, CONTAINER
-from controller.torchrunjob.reasons import Reason
 
 DEFAULT_PERIOD = 30.0
 

@@ -3,7 +3,7 @@
 `StatusReporter.write(raw, update)` writes the status a pass computed (`status.StatusUpdate`) when
 it differs from the stored one, and says whether it did (a 409 is retried with backoff:
 `runtime/status.py`); then it records one Event per condition transition worth one
-(`status.transition_events`: the severity of each reason is in `reasons.py`) and a
+(`status.transition_events`: the severity of each reason is in `api/reasons.py`) and a
 `RetriableFailure` Warning when that count grew, and `ResumedFromCheckpoint` /
 `CheckpointProblem` when `status.checkpoint` says so (`checkpoints.checkpoint_events`). Nothing
 is recorded when nothing was written.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import structlog
 
 from controller.api import TorchrunJob, TorchrunJobStatus, to_json
+from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
 from controller.meta import Obj
 from controller.rest.client import RESTClient
@@ -23,7 +24,6 @@ from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.runtime.status import update_status
 from controller.torchrunjob import status as st
 from controller.torchrunjob.checkpoints import checkpoint_events
-from controller.torchrunjob.reasons import Reason
 
 log = structlog.get_logger("torchrunjob")
 

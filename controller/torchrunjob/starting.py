@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.torchrunjob.reasons import Reason
+from controller.api.reasons import Reason
 
 MESSAGE_LIMIT = 300
 TOTAL_LIMIT = 1024

@@ -26,11 +26,11 @@ from controller.api import (
     stored_conditions,
     to_json,
 )
+from controller.api.reasons import Reason, Severity, severity_of
 from controller.cache import thaw
 from controller.meta import controller_of
 from controller.progress.eta import while_running
 from controller.torchrunjob.manifests.worker import CONTAINER
-from controller.torchrunjob.reasons import Reason, Severity, severity_of
 from controller.torchrunjob.steps import Observed, Wait
 
 # Job failure reasons that come from a FailJob rule of our podFailurePolicy: permanent exit codes
@@ -179,7 +179,7 @@ class TransitionEvent:
 
 
 def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> list[TransitionEvent]:
-    """The Events the move from `old` to `new` conditions is worth (`reasons.py` says which):
+    """The Events the move from `old` to `new` conditions is worth (`api/reasons.py` says which):
     a Warning for a condition that moved to a warning reason — or a Failed condition that became
     True — and a Normal one for a condition that became True with a normal reason. One Event per
     reason, with the message of the condition that became True when two share it. `Admitted`

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import JOB_LABEL
+from controller.api.reasons import Reason
 from controller.api.resources import (
     JOB_QUEUE_INDEX,
     TORCHRUNJOBS,
@@ -48,7 +49,6 @@ from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import Options, TorchrunJobReconciler
 from controller.torchrunjob.manifests.podgroup import KUEUE_WORKLOADS, POD_GROUP_RESOURCES
 from controller.torchrunjob.podgroups import PodGroups
-from controller.torchrunjob.reasons import Reason
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
 

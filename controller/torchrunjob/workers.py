@@ -35,6 +35,7 @@ from controller.api import (
     TorchrunJobStatus,
     TorchrunQueue,
 )
+from controller.api.reasons import Reason
 from controller.cache import Lister
 from controller.meta import Obj, is_controlled_by
 from controller.rest.client import RESTClient
@@ -52,7 +53,6 @@ from controller.torchrunjob.manifests.scheduling import creates_suspended
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.manifests.worker import build_worker_job
 from controller.torchrunjob.pod_admission import PodAdmission
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 from controller.torchrunjob.updater import JobUpdater
 

@@ -43,6 +43,7 @@ from controller.api import (
     WorkspaceSource,
     parse_time,
 )
+from controller.api.reasons import Reason
 from controller.meta import Obj, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
@@ -58,7 +59,6 @@ from controller.torchrunjob.manifests.storage import (
     workspace_claim_name,
 )
 from controller.torchrunjob.manifests.syncpod import build_sync_pod, sync_pod_state
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.status import unschedulable
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 

@@ -1,7 +1,7 @@
 """The TorchrunQueue reconciler: is this template usable, and how many jobs use it?
 
 `Ready` is True only when every check passes, in this order, the first failure giving the
-reason (CamelCase) and a message that names the field:
+reason (`api.reasons.QueueReason`) and a message that names the field:
   * `InvalidSpec` — the spec does not parse (a bad quantity, an unknown scheduler, a bad
     `allowOverrides` entry) or fails `validate_queue` (e.g. /dev/shm does not fit in memory);
   * `StorageClassNotFound` — a storage class it names does not exist;
@@ -47,6 +47,7 @@ from controller.api import (
     to_json,
     validate_queue,
 )
+from controller.api.reasons import QueueReason
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNQUEUES
 from controller.cache import Lister, OptionalInformers
 from controller.clock import utc_now
@@ -79,7 +80,7 @@ class Verdict:
     kai: ConditionState | None = None
 
 
-def _not_ready(reason: str, message: str, kai: ConditionState | None = None) -> Verdict:
+def _not_ready(reason: QueueReason, message: str, kai: ConditionState | None = None) -> Verdict:
     return Verdict(ConditionState(False, reason, message), kai)
 
 
@@ -110,7 +111,7 @@ class TorchrunQueueReconciler:
             queue = TorchrunQueue.from_json(raw)
         except InvalidObjectError as exc:
             status = TorchrunQueueStatus(conditions=stored_conditions(raw))
-            self._write(raw, status, _not_ready("InvalidSpec", str(exc)))
+            self._write(raw, status, _not_ready(QueueReason.INVALID_SPEC, str(exc)))
             return None  # the spec must change first, and that is an event
         verdict = self._check(queue)
         status = dataclasses.replace(queue.status, jobs=self._counts(queue.name))
@@ -122,22 +123,24 @@ class TorchrunQueueReconciler:
     def _check(self, queue: TorchrunQueue) -> Verdict:
         errors = validate_queue(queue)
         if errors:
-            return _not_ready("InvalidSpec", "; ".join(str(e) for e in errors))
+            return _not_ready(QueueReason.INVALID_SPEC, "; ".join(str(e) for e in errors))
         missing_sc = self._missing_storage_class(queue)
         if missing_sc:
-            return _not_ready("StorageClassNotFound", missing_sc)
+            return _not_ready(QueueReason.STORAGE_CLASS_NOT_FOUND, missing_sc)
         scheduler = queue.spec.scheduling.scheduler
         if scheduler != Scheduler.KAI:
             self._forget_kai(queue)
         missing_api = self._missing_api(scheduler)
         if missing_api:
             kai = (
-                ConditionState(False, "KaiNotInstalled", missing_api) if scheduler == Scheduler.KAI else None
+                ConditionState(False, QueueReason.KAI_NOT_INSTALLED, missing_api)
+                if scheduler == Scheduler.KAI
+                else None
             )
-            return _not_ready("SchedulerNotInstalled", missing_api, kai)
+            return _not_ready(QueueReason.SCHEDULER_NOT_INSTALLED, missing_api, kai)
         if scheduler == Scheduler.KAI:
             return self._check_kai(queue)
-        return Verdict(ConditionState(True, "Ready", _ready_message(queue)))
+        return Verdict(ConditionState(True, QueueReason.READY, _ready_message(queue)))
 
     def _missing_storage_class(self, queue: TorchrunQueue) -> str | None:
         storage = queue.spec.storage
@@ -170,13 +173,17 @@ class TorchrunQueueReconciler:
                 "and the queue becomes Ready"
             )
             return _not_ready(
-                "ParentQueueNotFound", message, ConditionState(False, "ParentQueueNotFound", message)
+                QueueReason.PARENT_QUEUE_NOT_FOUND,
+                message,
+                ConditionState(False, QueueReason.PARENT_QUEUE_NOT_FOUND, message),
             )
         kai = self.kai_queues.sync(queue)
         self.kai_queues.prune(queue, keep=queue.kai_queue_name)
         if not kai.ready:
             return _not_ready(kai.reason, kai.message, kai)
-        return Verdict(ConditionState(True, "Ready", f"{_ready_message(queue)}; {kai.message}"), kai)
+        return Verdict(
+            ConditionState(True, QueueReason.READY, f"{_ready_message(queue)}; {kai.message}"), kai
+        )
 
     def _forget_kai(self, queue: TorchrunQueue) -> None:
         """A queue that no longer uses KAI deletes the KAI Queues it made."""
@@ -211,8 +218,8 @@ class TorchrunQueueReconciler:
             "queue status",
             queue=raw["metadata"]["name"],
             ready=verdict.ready.ready,
-            reason=verdict.ready.reason,
-            kai_queue=verdict.kai.reason if verdict.kai else None,
+            reason=str(verdict.ready.reason),
+            kai_queue=str(verdict.kai.reason) if verdict.kai else None,
         )
 
 

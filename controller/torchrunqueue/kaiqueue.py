@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from controller.api import QUEUE_KIND, QUEUE_LABEL, Quantity, QueueQuota, ResourceQuota, TorchrunQueue
+from controller.api.reasons import QueueReason
 from controller.api.resources import controller_reference
 from controller.cache import Lister, OptionalInformers
 from controller.errors import TransientError
@@ -118,7 +119,7 @@ class ConditionState:
     """What a condition of the TorchrunQueue says (`Ready`, `KaiQueueReady`)."""
 
     ready: bool
-    reason: str
+    reason: QueueReason
     message: str
 
 
@@ -146,7 +147,7 @@ class KaiQueues:
         if not is_controlled_by(existing, queue.metadata.uid):
             return ConditionState(
                 True,
-                "KaiQueueNotManaged",
+                QueueReason.KAI_QUEUE_NOT_MANAGED,
                 f"KAI Queue {name} exists and is not managed by this TorchrunQueue: jobs use it as it is "
                 "(parentKaiQueue and quota are not applied to it)",
             )
@@ -156,10 +157,10 @@ class KaiQueues:
                 self.client.patch(KAI_QUEUES, name, patch)
             except ApiError as exc:
                 if exc.invalid:
-                    return ConditionState(False, "KaiQueueRejected", f"KAI Queue {name}: {exc}")
+                    return ConditionState(False, QueueReason.KAI_QUEUE_REJECTED, f"KAI Queue {name}: {exc}")
                 raise
             log.info("kai queue updated", queue=queue.name, kai_queue=name, patch=patch)
-        return ConditionState(True, "KaiQueueSynced", _describe(desired))
+        return ConditionState(True, QueueReason.KAI_QUEUE_SYNCED, _describe(desired))
 
     def _create(self, desired: dict[str, Any]) -> ConditionState:
         name = desired["metadata"]["name"]
@@ -167,12 +168,12 @@ class KaiQueues:
             self.client.create(KAI_QUEUES, desired)
         except ApiError as exc:
             if exc.invalid:
-                return ConditionState(False, "KaiQueueRejected", f"KAI Queue {name}: {exc}")
+                return ConditionState(False, QueueReason.KAI_QUEUE_REJECTED, f"KAI Queue {name}: {exc}")
             if exc.already_exists:
                 raise TransientError(f"KAI Queue {name} exists but is not in the cache yet") from exc
             raise
         log.info("kai queue created", kai_queue=name, spec=desired["spec"])
-        return ConditionState(True, "KaiQueueSynced", _describe(desired))
+        return ConditionState(True, QueueReason.KAI_QUEUE_SYNCED, _describe(desired))
 
     def prune(self, queue: TorchrunQueue, keep: str | None) -> None:
         """Delete the KAI Queues this TorchrunQueue owns, except `keep`."""

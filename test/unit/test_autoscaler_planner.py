@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from controller.api.reasons import AutoscalerReason
 from controller.autoscaler.model import (
     ClusterSnapshot,
     ElasticJob,
@@ -19,14 +20,7 @@ from controller.autoscaler.model import (
     Taint,
     Toleration,
 )
-from controller.autoscaler.planner import (
-    FREE_CAPACITY,
-    LOAD_ABOVE_TARGET,
-    OWN_PODS_UNSCHEDULABLE,
-    PENDING_WORK,
-    cluster_load,
-    plan,
-)
+from controller.autoscaler.planner import cluster_load, plan
 
 GPU = "nvidia.com/gpu"
 
@@ -83,7 +77,7 @@ CASES = [
         "free nodes: the job grows by one node per pass",
         used=FOUR_FREE,
         jobs=[job("ns/e", ("a",), 1, 4)],
-        expect=[("ns/e", 1, 2, FREE_CAPACITY)],
+        expect=[("ns/e", 1, 2, AutoscalerReason.FREE_CAPACITY)],
     ),
     Case(
         "full cluster: nothing grows, nothing shrinks at a load of 1.0 with a target of 1.0",
@@ -99,20 +93,20 @@ CASES = [
         "fragmentation: a job of 4-GPU nodes does",
         used={"a": 0, "b": 4, "c": 4, "d": 4},
         jobs=[job("ns/e", ("a", "a"), 1, 4, pod=shape(4))],
-        expect=[("ns/e", 2, 3, FREE_CAPACITY)],
+        expect=[("ns/e", 2, 3, AutoscalerReason.FREE_CAPACITY)],
     ),
     Case(
         "the load after the change must stay within the target: 24/32 fits 0.75, 32/32 does not",
         used={"a": 0, "b": 0, "c": 0, "d": 0},
         jobs=[job("ns/x", ("b",), 1, 4), job("ns/y", ("c",), 1, 4)],
         max_load=0.75,
-        expect=[("ns/x", 1, 2, FREE_CAPACITY)],
+        expect=[("ns/x", 1, 2, AutoscalerReason.FREE_CAPACITY)],
     ),
     Case(
         "fairness: the least-fulfilled job gets the one free node",
         used={"a": 0, "b": 8, "c": 0, "d": 8, "e": 0},
         jobs=[job("ns/big", ("a",), 1, 2), job("ns/small", ("c",), 1, 8)],
-        expect=[("ns/small", 1, 2, FREE_CAPACITY)],
+        expect=[("ns/small", 1, 2, AutoscalerReason.FREE_CAPACITY)],
     ),
     Case(
         "several jobs compete: each grows one node, least fulfilled first, until the room is gone",
@@ -122,7 +116,10 @@ CASES = [
             job("ns/quarter", ("d",), 1, 4, pod=shape(8)),
             job("ns/eighth", ("e",), 1, 8, pod=shape(8)),
         ],
-        expect=[("ns/eighth", 1, 2, FREE_CAPACITY), ("ns/quarter", 1, 2, FREE_CAPACITY)],
+        expect=[
+            ("ns/eighth", 1, 2, AutoscalerReason.FREE_CAPACITY),
+            ("ns/quarter", 1, 2, AutoscalerReason.FREE_CAPACITY),
+        ],
     ),
     Case(
         "bounds: a job at maxNodes does not grow",
@@ -140,28 +137,28 @@ CASES = [
         used={"a": 0, "b": 0, "c": 0, "d": 8},
         jobs=[job("ns/x", ("a", "b"), 1, 4), job("ns/y", ("c",), 1, 2)],
         max_load=0.9,
-        expect=[("ns/x", 2, 1, LOAD_ABOVE_TARGET)],
+        expect=[("ns/x", 2, 1, AutoscalerReason.LOAD_ABOVE_TARGET)],
     ),
     Case(
         "pending rigid work that finds no room: the most-fulfilled job shrinks, one node",
         used={"a": 0, "b": 0, "c": 0, "d": 8},
         jobs=[job("ns/e", ("a", "b", "c"), 1, 4)],
         pending=[PendingPod(shape(8), forcing=True, owner="ns/rigid")],
-        expect=[("ns/e", 3, 2, PENDING_WORK)],
+        expect=[("ns/e", 3, 2, AutoscalerReason.PENDING_WORK)],
     ),
     Case(
         "pending rigid work of two pods: two jobs each give a node in one pass",
         used={"a": 0, "b": 0, "c": 0, "d": 0},
         jobs=[job("ns/x", ("a", "b"), 1, 2), job("ns/y", ("c", "d"), 1, 4)],
         pending=[PendingPod(shape(8), True, "ns/rigid"), PendingPod(shape(8), True, "ns/rigid")],
-        expect=[("ns/x", 2, 1, PENDING_WORK), ("ns/y", 2, 1, PENDING_WORK)],
+        expect=[("ns/x", 2, 1, AutoscalerReason.PENDING_WORK), ("ns/y", 2, 1, AutoscalerReason.PENDING_WORK)],
     ),
     Case(
         "pending rigid work: a shrink that makes room at once beats a more fulfilled one that would not",
         used={"a": 0, "b": 4, "c": 0},
         jobs=[job("ns/x", ("a", "b"), 1, 2, pod=shape(4)), job("ns/y", ("a", "c"), 1, 4, pod=shape(4))],
         pending=[PendingPod(shape(8), True, "ns/rigid")],
-        expect=[("ns/y", 2, 1, PENDING_WORK)],
+        expect=[("ns/y", 2, 1, AutoscalerReason.PENDING_WORK)],
     ),
     Case(
         "pending rigid work that fits already: its room is kept, nothing grows into it",
@@ -186,13 +183,13 @@ CASES = [
         used={"a": 0, "b": 0, "c": 8, "d": 8},
         jobs=[job("ns/e", ("a",), 1, 4)],
         pending=[PendingPod(shape(16), True, "ns/huge")],
-        expect=[("ns/e", 1, 2, FREE_CAPACITY)],
+        expect=[("ns/e", 1, 2, AutoscalerReason.FREE_CAPACITY)],
     ),
     Case(
         "a job whose own pods cannot be scheduled gives back a node and does not grow",
         used={"a": 0, "b": 8, "c": 8, "d": 8},
         jobs=[job("ns/e", ("a", None), 1, 4, waiting=True)],
-        expect=[("ns/e", 2, 1, OWN_PODS_UNSCHEDULABLE)],
+        expect=[("ns/e", 2, 1, AutoscalerReason.OWN_PODS_UNSCHEDULABLE)],
     ),
     Case(
         "a waiting job at its minimum is left as it is",
@@ -219,7 +216,7 @@ CASES = [
         ],
         taints={"b": (Taint("gpu", "reserved", "NoSchedule"),)},
         labels={"a": {"pool": "train"}, "b": {"pool": "train"}, "c": {"pool": "infer"}},
-        expect=[("ns/e", 1, 2, FREE_CAPACITY)],
+        expect=[("ns/e", 1, 2, AutoscalerReason.FREE_CAPACITY)],
     ),
 ]
 

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from controller.api import JobConditionType as C
+from controller.api.reasons import Reason
 from controller.torchrunjob import lifecycle
 from controller.torchrunjob.lifecycle import Action
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.starting import Blocked
 from controller.torchrunjob.status import Outcome
 

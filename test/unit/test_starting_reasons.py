@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.api.reasons import Reason
 from controller.torchrunjob import starting
-from controller.torchrunjob.reasons import Reason
 from controller.torchrunjob.starting import Blocked, Evidence, blocked
 
 ROOT_MESSAGE = (

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import RESTART_ANNOTATION, TorchrunJob, TorchrunQueue, to_json
+from controller.api.reasons import Reason
 from controller.torchrunjob.manifests.common import labels, object_metadata, placement
 from controller.torchrunjob.manifests.rendezvous import ETCD_CLIENT_PORT, etcd_name
-from controller.torchrunjob.reasons import Reason
 
 ROLE = "etcd"
 CONTAINER = "etcd"
