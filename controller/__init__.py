@@ -1,7 +1,8 @@
 """torchrun-controller: a Kubernetes operator that runs distributed PyTorch training with torchrun.
 
 Layers, lowest first (enforced by import-linter, see .importlinter):
-  clock, errors, flowcontrol      small shared primitives
+  clock, errors, flowcontrol      small shared primitives; pods: what a pod's manifest says
+                                  (client-go's podutil), on the standard library alone
   metrics, log                    observability
   rest                            the REST client (urllib3, kubeconfig read here), raw JSON
   workqueue, cache                client-go's workqueue and informers

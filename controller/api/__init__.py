@@ -43,12 +43,15 @@ from controller.api.groupversion import (
     VERSION,
 )
 from controller.api.labels import (
+    ETCD_ROLE,
     GENERATION_ANNOTATION,
     JOB_LABEL,
     PERSIST_LABEL,
     QUEUE_LABEL,
     RESTART_ANNOTATION,
     ROLE_LABEL,
+    SYNC_ROLE,
+    WORKER_ROLE,
 )
 from controller.api.quantity import Quantity
 from controller.api.storage import (
@@ -88,6 +91,7 @@ from controller.api.workspace import GitSource, PVCSource, S3Source, Workspace, 
 __all__ = [
     "API_VERSION",
     "CATEGORY",
+    "ETCD_ROLE",
     "GENERATION_ANNOTATION",
     "GROUP",
     "JOB_KIND",
@@ -103,7 +107,9 @@ __all__ = [
     "QUEUE_SINGULAR",
     "RESTART_ANNOTATION",
     "ROLE_LABEL",
+    "SYNC_ROLE",
     "VERSION",
+    "WORKER_ROLE",
     "AccessMode",
     "Backend",
     "CheckpointMirror",

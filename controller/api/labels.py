@@ -9,7 +9,11 @@ from __future__ import annotations
 from typing import Final
 
 JOB_LABEL: Final = "torchrun-job-name"  # every object made for a job
-ROLE_LABEL: Final = "torchrun.ai/role"  # sync, worker
+ROLE_LABEL: Final = "torchrun.ai/role"  # one of the roles below
+# the roles: the worker Job, its pods, the headless Service, the PodGroup and the checkpoints claim
+WORKER_ROLE: Final = "worker"
+SYNC_ROLE: Final = "sync"  # sync pods and the workspace claim
+ETCD_ROLE: Final = "etcd"  # the managed etcd pod and its Service
 QUEUE_LABEL: Final = "torchrun.ai/queue"  # worker pods and KAI Queues: the TorchrunQueue
 PERSIST_LABEL: Final = "torchrun.ai/persist"  # "true" on persisted checkpoints: never deleted by us
 # "true" on the controller replica that leads (its own pod): the progress Service selects it, so

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.api.labels import JOB_LABEL, ROLE_LABEL
+from controller.api.labels import JOB_LABEL, ROLE_LABEL, WORKER_ROLE
+from controller.api.reasons import Reason
 from controller.autoscaler.model import (
     ClusterSnapshot,
     ElasticJob,
@@ -37,12 +38,11 @@ from controller.autoscaler.model import (
 )
 from controller.autoscaler.resources import node_allocatable, pod_requests
 from controller.meta import Obj
+from controller.pods import is_live, node_rank
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # schedulers that admit work against a quota of their own: their queues are left alone
 SCHEDULERS_LEFT_ALONE = frozenset({"kueue", "kai-scheduler"})
-UNSCHEDULABLE = "Unschedulable"
 
 
 def _key(obj: Obj) -> str:
@@ -85,24 +85,12 @@ def pod_shape(pod: Obj) -> PodShape:
     return PodShape(pod_requests(pod), dict((spec.get("nodeSelector") or {}).items()), tolerations)
 
 
-def _live(pod: Obj) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
-
-
-def _index(pod: Obj) -> int | None:
-    try:
-        return int((pod["metadata"].get("annotations") or {})[INDEX_ANNOTATION])
-    except (KeyError, ValueError):
-        return None
-
-
 def _worker_of(pod: Obj) -> str | None:
     """`namespace/name` of the TorchrunJob whose worker the pod is, by our labels (reading only:
     a wrong guess costs a planning mistake, never a write to someone else's object)."""
     labels = pod["metadata"].get("labels") or {}
     name = labels.get(JOB_LABEL)
-    if not name or labels.get(ROLE_LABEL) != "worker":
+    if not name or labels.get(ROLE_LABEL) != WORKER_ROLE:
         return None
     return f"{pod['metadata'].get('namespace', '')}/{name}"
 
@@ -156,7 +144,7 @@ def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | N
     if running is None:
         return None
     waiting = running.get("status") != "True"
-    if waiting and running.get("reason") != UNSCHEDULABLE:
+    if waiting and running.get("reason") != Reason.UNSCHEDULABLE:
         return None  # starting, restarting, waiting for etcd...: left alone
     size = status.get("desiredNodes") or status.get("nodes") or spec.get("numNodes") or low
     return _Candidate(_key(job), low, high, min(max(int(size), low), high), queue[1], waiting)
@@ -177,20 +165,20 @@ def build_snapshot(
         if _key(j) not in candidates
         and (cond := _condition(j, "Running")) is not None
         and cond.get("status") == "False"
-        and cond.get("reason") == UNSCHEDULABLE
+        and cond.get("reason") == Reason.UNSCHEDULABLE
     }
     placement: dict[str, list[str | None]] = {k: [None] * c.size for k, c in candidates.items()}
     shapes: dict[str, PodShape] = {}
     pending: list[PendingPod] = []
     for pod in pods:
-        if not _live(pod):
+        if not is_live(pod):
             continue
         owner = _worker_of(pod)
         job = candidates.get(owner) if owner else None
         node = (pod.get("spec") or {}).get("nodeName")
         if job is not None:
             assert owner is not None
-            index = _index(pod)
+            index = node_rank(pod)
             if index is None or index >= job.size:
                 continue  # leaving: a shrink already chose it
             shapes.setdefault(owner, pod_shape(pod))

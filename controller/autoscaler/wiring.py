@@ -16,10 +16,10 @@ import threading
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.autoscaler.autoscaler import Autoscaler
 from controller.autoscaler.metrics import AutoscalerMetrics
-from controller.autoscaler.snapshot import INDEX_ANNOTATION
 from controller.cache import Lister, SharedInformerFactory
 from controller.cache.transforms import Shape, project
 from controller.metrics.registry import ControllerMetrics
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.rest.client import RESTClient
 from controller.rest.resources import NODES, PODS
 from controller.runtime.events import EventRecorder
@@ -41,7 +41,7 @@ LOAD_POD_SHAPE: Shape = {
         "uid": True,
         "resourceVersion": True,
         "labels": True,
-        "annotations": {INDEX_ANNOTATION: True},
+        "annotations": {COMPLETION_INDEX_ANNOTATION: True},
         "deletionTimestamp": True,
     },
     "spec": {

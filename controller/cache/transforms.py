@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.api.labels import GENERATION_ANNOTATION, RESTART_ANNOTATION
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 
 Shape = Mapping[str, "Shape | bool"]
 
@@ -71,7 +72,7 @@ POD_SHAPE: Shape = {
     "metadata": {
         **_METADATA,
         "annotations": {
-            "batch.kubernetes.io/job-completion-index": True,
+            COMPLETION_INDEX_ANNOTATION: True,
             RESTART_ANNOTATION: True,
             GENERATION_ANNOTATION: True,
         },

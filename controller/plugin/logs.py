@@ -25,22 +25,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from controller.api.labels import WORKER_ROLE
 from controller.plugin.errors import PluginError, api_error_line
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_job, job_pods
 from controller.plugin.watch import TERMINAL, Announcer, held_up, phase
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.rest.errors import ApiError
 from controller.rest.resources import PODS
 
 WORKER_CONTAINER = "torchrun"
-INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
 
 def rank_of(pod: JSON) -> int | None:
     """The node rank of a worker pod: its completion index (annotation, or label on newer
     Kubernetes); None if it has none."""
     meta = pod.get("metadata") or {}
-    value = (meta.get("annotations") or {}).get(INDEX_KEY) or (meta.get("labels") or {}).get(INDEX_KEY)
+    key = COMPLETION_INDEX_ANNOTATION
+    value = (meta.get("annotations") or {}).get(key) or (meta.get("labels") or {}).get(key)
     try:
         return int(str(value))
     except (TypeError, ValueError):
@@ -84,7 +86,7 @@ def print_logs(
 ) -> None:
     """Print the logs of the chosen ranks' pods once, rank by rank (`previous`: of each rank's
     previous pod, see the module docstring)."""
-    pods = selected(job_pods(kube, job, "worker"), ranks)
+    pods = selected(job_pods(kube, job, WORKER_ROLE), ranks)
     if not pods:
         raise PluginError(
             f"job {job} has no worker pod for {_which(ranks)} now (phase {phase(get_job(kube, job))})"
@@ -130,7 +132,7 @@ class LogFollower:
             self._lines.put((rank, line.decode("utf-8", "replace").rstrip("\n")))
 
     def _attach_new(self) -> None:
-        for rank, pod in selected(job_pods(self.kube, self.job, "worker"), self.ranks):
+        for rank, pod in selected(job_pods(self.kube, self.job, WORKER_ROLE), self.ranks):
             uid = pod["metadata"]["uid"]
             if uid in self._attached or (pod.get("status") or {}).get("phase") == "Pending":
                 continue

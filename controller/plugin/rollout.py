@@ -20,16 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from controller.api import GENERATION_ANNOTATION, JobConditionType, parse_time
+from controller.api import GENERATION_ANNOTATION, WORKER_ROLE, JobConditionType, parse_time
 from controller.api.reasons import Reason
 from controller.meta import is_controlled_by
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_worker_job, job_pods
 from controller.plugin.watch import Waiting, condition
-from controller.torchrunjob.status import unschedulable
-
-ENDED = ("Succeeded", "Failed")
+from controller.pods import ENDED_PHASES, unschedulable
 
 
 def _annotation_generation(obj: JSON) -> int:
@@ -91,7 +89,7 @@ def _workers_line(
     generation: int, nodes: int, new: Sequence[JSON], running: Sequence[JSON], others: Sequence[JSON]
 ) -> str:
     line = f"generation {generation}: {len(running)}/{nodes} worker pods started on it are Running"
-    starting = [p for p in new if (p.get("status") or {}).get("phase") not in ("Running", *ENDED)]
+    starting = [p for p in new if (p.get("status") or {}).get("phase") not in ("Running", *ENDED_PHASES)]
     if starting:
         line += f", {len(starting)} starting"
         blocked = unschedulable(starting)
@@ -99,7 +97,7 @@ def _workers_line(
     old = [
         p
         for p in others
-        if p["metadata"].get("deletionTimestamp") or (p.get("status") or {}).get("phase") not in ENDED
+        if p["metadata"].get("deletionTimestamp") or (p.get("status") or {}).get("phase") not in ENDED_PHASES
     ]
     if old:
         line += f"; {len(old)} worker pod(s) of the older code not gone yet"
@@ -115,6 +113,6 @@ def runs_generation(kube: Kube, generation: int) -> Callable[[JSON], str | Waiti
         if current is None or current < generation:
             return on_generation(job, None, (), generation)  # nothing to read yet
         name = job["metadata"]["name"]
-        return on_generation(job, get_worker_job(kube, name), job_pods(kube, name, "worker"), generation)
+        return on_generation(job, get_worker_job(kube, name), job_pods(kube, name, WORKER_ROLE), generation)
 
     return check

@@ -10,6 +10,7 @@ not that rank's), or the pod has no reporter (made before this version).
 
 from __future__ import annotations
 
+from controller.api.labels import WORKER_ROLE
 from controller.plugin.console import Console
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
@@ -30,7 +31,7 @@ def stack_command(kube: Kube, console: Console, name: str, rank: int | None) -> 
             f"queue {queue['metadata']['name']} does not allow stack dumps "
             "(a platform engineer sets debug.stackDumps: true on it; new pods get it)"
         )
-    pods = running_workers(job_pods(kube, name, role="worker"), rank)
+    pods = running_workers(job_pods(kube, name, role=WORKER_ROLE), rank)
     if not pods:
         which = f"rank {rank}" if rank is not None else "any rank"
         raise PluginError(f"job {name} has no running worker pod for {which}")

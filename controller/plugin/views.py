@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.api import JobPhase
+from controller.api.labels import ROLE_LABEL
 from controller.plugin.logs import rank_of
 from controller.plugin.objects import JSON, event_time
 from controller.plugin.progressbar import progress_line
@@ -147,7 +148,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
     lines += _indent(table(("TYPE", "STATUS", "REASON", "MESSAGE"), crow)) if crow else ["  (none yet)"]
     lines += ["", "Pods:"]
     prow = [
-        (p["metadata"]["name"], (p["metadata"].get("labels") or {}).get("torchrun.ai/role", ""), _rank(p),
+        (p["metadata"]["name"], (p["metadata"].get("labels") or {}).get(ROLE_LABEL, ""), _rank(p),
          (p.get("spec") or {}).get("nodeName") or "<none>", pod_state(p), _restarts(p))
         for p in sorted(pods, key=lambda p: p["metadata"]["name"])
     ]  # fmt: skip

@@ -36,6 +36,7 @@ from typing import Any
 from controller.api.distributed import MAX_NODES
 from controller.api.resources import BATCH_JOB_KIND, owning_job
 from controller.meta import Obj, Resource, controller_of
+from controller.pods import node_rank
 from controller.progress.tokens import (
     JWKS_PATH,
     JWKS_TYPE,
@@ -53,7 +54,6 @@ TOKENREVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenRev
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SA_PREFIX = "system:serviceaccount:"
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CACHE_SECONDS = 300.0  # `prove` re-checks the pod's UID in the cache at every report
 CACHE_SIZE = 10_000
 
@@ -145,9 +145,8 @@ def _rank(where: str, pod: Obj, worker_job: Obj) -> int | Refusal:
     with which the index annotation (a user may edit annotations) must agree; and below the
     worker Job's completions and `MAX_NODES` — so one job's reports are kept for at most its own
     ranks, never thousands a pod made up."""
-    try:
-        rank = int((pod["metadata"].get("annotations") or {})[INDEX_ANNOTATION])
-    except (KeyError, ValueError):
+    rank = node_rank(pod)
+    if rank is None:
         return Refusal(403, f"{where} has no completion index")
     hostname = str((pod.get("spec") or {}).get("hostname") or "")
     if hostname and hostname != f"{worker_job['metadata'].get('name')}-{rank}":

@@ -19,7 +19,7 @@ from controller.api import CheckpointStatus, parse_time
 from controller.api.reasons import Reason
 from controller.checkpoint import CheckpointReport, parse_report
 from controller.meta import is_controlled_by
-from controller.torchrunjob.manifests.common import COMPLETION_INDEX_ANNOTATION
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.torchrunjob.manifests.tools import PREPARE_CONTAINER
 
 MAX_PROBLEMS = 16

@@ -30,10 +30,10 @@ import structlog
 from controller.api import JOB_LABEL, JobTopology, TorchrunJob
 from controller.cache import Lister
 from controller.meta import Obj, is_controlled_by
+from controller.pods import node_rank
 from controller.rest.client import RESTClient
 from controller.rest.resources import JOBS
 from controller.torchrunjob.evictions import evict_live_workers
-from controller.torchrunjob.manifests.worker import COMPLETION_INDEX_ANNOTATION
 from controller.torchrunjob.status import worker_outcome
 
 log = structlog.get_logger("torchrunjob")
@@ -46,13 +46,6 @@ def desired_nodes(job: TorchrunJob, topo: JobTopology) -> int:
         return topo.nodes
     want = job.status.desired_nodes or topo.nodes
     return min(max(want, topo.min_nodes), topo.max_nodes)
-
-
-def _node_rank(pod: Obj) -> int | None:
-    try:
-        return int((pod["metadata"].get("annotations") or {})[COMPLETION_INDEX_ANNOTATION])
-    except (KeyError, ValueError):
-        return None
 
 
 class ElasticSize:
@@ -77,7 +70,7 @@ class ElasticSize:
         pods = self.pods.list(job.namespace, {JOB_LABEL: job.name})
 
         def above(pod: Obj) -> bool:
-            index = _node_rank(pod)
+            index = node_rank(pod)
             return index is not None and index >= rank
 
         return evict_live_workers(self.client, pods, worker_job, above)

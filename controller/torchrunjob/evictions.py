@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from controller.meta import Obj, is_controlled_by
+from controller.pods import is_live
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import PODS
@@ -20,13 +21,7 @@ from controller.rest.resources import PODS
 def live_workers(pods: Iterable[Obj], worker_job: Obj) -> list[Obj]:
     """The pods `worker_job` controls that still run or wait to (not terminating, not ended)."""
     uid = worker_job["metadata"]["uid"]
-    return [
-        pod
-        for pod in pods
-        if is_controlled_by(pod, uid)
-        and not pod["metadata"].get("deletionTimestamp")
-        and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+    return [pod for pod in pods if is_controlled_by(pod, uid) and is_live(pod)]
 
 
 def evict_live_workers(

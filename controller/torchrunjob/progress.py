@@ -59,12 +59,13 @@ from controller.api.progress import EffectivePolicy, OnStall, Progress, effectiv
 from controller.api.reasons import Reason
 from controller.cache import Lister
 from controller.meta import Obj, is_controlled_by
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.progress.stall import RankState, Startup, decide, starting
 from controller.progress.store import JobView, ProgressStore, SavedAt
 from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
 from controller.torchrunjob.manifests.progress import ReporterSettings
-from controller.torchrunjob.manifests.worker import COMPLETION_INDEX_ANNOTATION, CONTAINER
+from controller.torchrunjob.manifests.worker import CONTAINER
 
 DEFAULT_PERIOD = 30.0
 

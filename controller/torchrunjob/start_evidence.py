@@ -24,11 +24,11 @@ import structlog
 
 from controller.api import TorchrunJob, parse_time
 from controller.meta import Obj
+from controller.pods import unschedulable as pods_unschedulable
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS
 from controller.torchrunjob import starting
-from controller.torchrunjob import status as st
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.updater import JobUpdater
 from controller.torchrunjob.workers import Attempt
@@ -55,7 +55,7 @@ class StartEvidence:
         cache's changes will bring the job back)."""
         pods, worker = attempt.pods, attempt.job
         kueue = self.podgroups.kueue_hold(job, attempt.queue, worker)
-        unschedulable = st.unschedulable(pods)
+        unschedulable = pods_unschedulable(pods)
         evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
         if kueue or unschedulable:
             return evidence, None

@@ -29,6 +29,7 @@ from controller.api import (
 from controller.api.reasons import Reason, Severity, severity_of
 from controller.cache import thaw
 from controller.meta import controller_of
+from controller.pods import is_live, is_ready
 from controller.progress.eta import while_running
 from controller.torchrunjob.manifests.worker import CONTAINER
 from controller.torchrunjob.steps import Observed, Wait
@@ -69,24 +70,14 @@ def worker_counts(
     if pods is None:
         active, ready = int(st.get("active") or 0), int(st.get("ready") or 0)
     else:
-        live = [p for p in pods if _live(p)]
-        active, ready = len(live), sum(1 for p in live if _pod_ready(p))
+        live = [p for p in pods if is_live(p)]
+        active, ready = len(live), sum(1 for p in live if is_ready(p))
     return WorkerCounts(
         active=active,
         ready=ready,
         succeeded=int(st.get("succeeded") or 0),
         failed=int(st.get("failed") or 0),
     )
-
-
-def _live(pod: Mapping[str, Any]) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 @dataclass(frozen=True)
@@ -112,24 +103,6 @@ def worker_outcome(worker_job: Mapping[str, Any] | None) -> Outcome | None:
         if cond.get("type") in ("Failed", "FailureTarget"):
             return Outcome(False, cond.get("reason") or "Failed", cond.get("message") or "")
     return None
-
-
-def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The scheduler's words for the worker pods it cannot place, if any: each distinct message
-    once, after the first pod (by name) it was written on, `; `-separated. A gang scheduler turns
-    a gang's pods away with different words — the pod that did not fit says why, its siblings
-    only that they went with it (Coscheduling: "optimistic rejection in PostFilter") — so quoting
-    one pod could quote the echo and never the reason."""
-    said: dict[str, str] = {}
-    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
-        for cond in (pod.get("status") or {}).get("conditions") or ():
-            if (
-                cond.get("type") == "PodScheduled"
-                and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"  # kube-scheduler's reason
-            ):
-                said.setdefault(cond.get("message") or "unschedulable", pod["metadata"]["name"])
-    return "; ".join(f"pod {name}: {message}" for message, name in said.items()) or None
 
 
 def _disrupted(pod: Mapping[str, Any]) -> bool:

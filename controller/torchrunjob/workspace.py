@@ -35,6 +35,7 @@ from controller.api import (
     GENERATION_ANNOTATION,
     JOB_LABEL,
     ROLE_LABEL,
+    SYNC_ROLE,
     JobConditionType,
     JobTopology,
     TorchrunJob,
@@ -45,6 +46,7 @@ from controller.api import (
 )
 from controller.api.reasons import Reason
 from controller.meta import Obj, is_controlled_by
+from controller.pods import is_live, unschedulable
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS, PODS, PVCS
@@ -59,7 +61,6 @@ from controller.torchrunjob.manifests.storage import (
     workspace_claim_name,
 )
 from controller.torchrunjob.manifests.syncpod import build_sync_pod, sync_pod_state
-from controller.torchrunjob.status import unschedulable
 from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
 
 log = structlog.get_logger("torchrunjob")
@@ -242,7 +243,7 @@ class WorkspaceSync:
     # -- clean-up and hot reload ------------------------------------------------------------
 
     def sync_pods(self, job: TorchrunJob) -> list[Obj]:
-        pods = self.children.listers[PODS].list(job.namespace, {JOB_LABEL: job.name, ROLE_LABEL: "sync"})
+        pods = self.children.listers[PODS].list(job.namespace, {JOB_LABEL: job.name, ROLE_LABEL: SYNC_ROLE})
         return [p for p in pods if is_controlled_by(p, job.metadata.uid)]
 
     def _remove_sync_pods(self, job: TorchrunJob, *, older_than: int | None = None) -> None:
@@ -253,12 +254,12 @@ class WorkspaceSync:
 
     def syncing(self, job: TorchrunJob) -> bool:
         """A sync pod of the job is still at work (neither ended nor being deleted)."""
-        return any(_at_work(pod) for pod in self.sync_pods(job))
+        return any(is_live(pod) for pod in self.sync_pods(job))
 
     def stop_sync(self, job: TorchrunJob) -> None:
         """A finished job runs no code: its sync pods still at work go (those that ended stay)."""
         for pod in self.sync_pods(job):
-            if _at_work(pod):
+            if is_live(pod):
                 self.children.delete(PODS, job, pod["metadata"]["name"])
 
     def clean(self, job: TorchrunJob) -> None:
@@ -281,11 +282,6 @@ class WorkspaceSync:
             worker_job,
             lambda pod: parse_time(pod["metadata"]["creationTimestamp"]) <= synced_at,
         )
-
-
-def _at_work(pod: Obj) -> bool:
-    ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    return not ended and not pod["metadata"].get("deletionTimestamp")
 
 
 def _generation_of(obj: Obj) -> int:

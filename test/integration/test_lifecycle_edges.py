@@ -27,9 +27,10 @@ from uploads import pod_running
 
 from controller.api import JOB_LABEL
 from controller.cmd.main import App
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.rest import RESTClient
 from controller.rest.resources import PODS
-from controller.torchrunjob.manifests.worker import COMPLETION_INDEX_ANNOTATION, CONTAINER
+from controller.torchrunjob.manifests.worker import CONTAINER
 
 GRACE = 20  # --node-monitor-grace-period of the test's node lifecycle controller: kwok renews every 10 s
 

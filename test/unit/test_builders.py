@@ -15,6 +15,7 @@ from controller.api import (
     set_condition,
 )
 from controller.clock import utc_now
+from controller.pods import unschedulable
 from controller.torchrunjob import status as st
 from controller.torchrunjob.manifests.service import build_service
 
@@ -210,7 +211,7 @@ def test_worker_outcome_and_unschedulable_reason() -> None:
             },
         }
     ]
-    assert st.unschedulable(pods) == "pod j-0: 0/4 nodes"
+    assert unschedulable(pods) == "pod j-0: 0/4 nodes"
     assert st.worker_counts({"status": {"active": 2, "ready": 1}}).ready == 1
 
 

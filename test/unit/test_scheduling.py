@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from controller.api import Quantity, TorchrunJob, TorchrunQueue, resolve_topology
+from controller.pods import unschedulable
 from controller.torchrunjob.manifests.launch import parse_command
 from controller.torchrunjob.manifests.podgroup import (
     build_pod_group,
@@ -16,7 +17,6 @@ from controller.torchrunjob.manifests.podgroup import (
 )
 from controller.torchrunjob.manifests.scheduling import COSCHEDULING_SCHEDULER_NAME, creates_suspended
 from controller.torchrunjob.manifests.worker import build_worker_job
-from controller.torchrunjob.status import unschedulable
 from controller.torchrunqueue.kaiqueue import build_kai_queue, kai_number, kai_queue_patch
 
 

@@ -36,8 +36,8 @@ from controller.api import (
     to_json,
 )
 from controller.api.resources import controller_reference
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 _SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN"})
 
 

@@ -23,12 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.api import RESTART_ANNOTATION, TorchrunJob, TorchrunQueue, to_json
+from controller.api import ETCD_ROLE, RESTART_ANNOTATION, TorchrunJob, TorchrunQueue, to_json
 from controller.api.reasons import Reason
 from controller.torchrunjob.manifests.common import labels, object_metadata, placement
 from controller.torchrunjob.manifests.rendezvous import ETCD_CLIENT_PORT, etcd_name
 
-ROLE = "etcd"
 CONTAINER = "etcd"
 PEER_PORT = 2380
 DATA_DIR = "/etcd-data"
@@ -111,7 +110,7 @@ def build_etcd_pod(job: TorchrunJob, queue: TorchrunQueue, *, restart: int = 0) 
     }
     if queue.spec.image_pull_secrets:
         spec["imagePullSecrets"] = [to_json(s) for s in queue.spec.image_pull_secrets]
-    meta = object_metadata(job, name, ROLE)
+    meta = object_metadata(job, name, ETCD_ROLE)
     meta["annotations"] = {RESTART_ANNOTATION: str(restart)}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
@@ -120,9 +119,9 @@ def build_etcd_service(job: TorchrunJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": object_metadata(job, etcd_name(job.name), ROLE),
+        "metadata": object_metadata(job, etcd_name(job.name), ETCD_ROLE),
         "spec": {
-            "selector": labels(job, ROLE),
+            "selector": labels(job, ETCD_ROLE),
             "ports": [
                 {"name": "client", "port": ETCD_CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}
             ],

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.api import JobTopology, Overridable, Quantity, Scheduler, TorchrunJob, TorchrunQueue
+from controller.api.labels import WORKER_ROLE
 from controller.meta import Resource
 from controller.torchrunjob.manifests.common import labels, owner_reference
 from controller.torchrunjob.manifests.scheduling import KAI_QUEUE_LABEL, pod_group_name
@@ -93,7 +94,7 @@ def build_pod_group(
     resource = POD_GROUP_RESOURCES.get(queue.spec.scheduling.scheduler)
     if resource is None:
         return None
-    meta_labels = labels(job, "worker")
+    meta_labels = labels(job, WORKER_ROLE)
     if queue.spec.scheduling.scheduler == Scheduler.KAI:
         meta_labels[KAI_QUEUE_LABEL] = queue.kai_queue_name
     manifest = {

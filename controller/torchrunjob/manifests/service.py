@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controller.api import TorchrunJob
+from controller.api.labels import WORKER_ROLE
 from controller.torchrunjob.manifests.common import labels, object_metadata
 
 
@@ -19,11 +20,11 @@ def build_service(job: TorchrunJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": object_metadata(job, job.name, "worker"),
+        "metadata": object_metadata(job, job.name, WORKER_ROLE),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": labels(job, "worker"),
+            "selector": labels(job, WORKER_ROLE),
             "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }

@@ -26,6 +26,7 @@ from controller.api import (
     TorchrunQueue,
     WorkspaceSource,
 )
+from controller.api.labels import SYNC_ROLE, WORKER_ROLE
 from controller.api.quantity import Quantity
 from controller.sync.protocol import copy_argv
 from controller.torchrunjob.manifests.common import object_metadata, training_security_context
@@ -71,13 +72,13 @@ def _claim(metadata: dict[str, Any], size: str, modes: tuple[Any, ...], klass: s
 
 def build_workspace_pvc(job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
     ws = queue.spec.storage.workspace
-    meta = object_metadata(job, workspace_claim_name(job.name), "sync")
+    meta = object_metadata(job, workspace_claim_name(job.name), SYNC_ROLE)
     return _claim(meta, str(workspace_size(queue, topo)), ws.access_modes, ws.storage_class_name)
 
 
 def build_checkpoints_pvc(job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> dict[str, Any]:
     cp = queue.spec.storage.checkpoints
-    meta = object_metadata(job, checkpoints_claim_name(job.name), "worker")
+    meta = object_metadata(job, checkpoints_claim_name(job.name), WORKER_ROLE)
     if cp.persist:
         del meta["ownerReferences"]
         meta["labels"][PERSIST_LABEL] = "true"

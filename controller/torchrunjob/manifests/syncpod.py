@@ -26,6 +26,7 @@ from controller.api import (
     WorkspaceSource,
     parse_time,
 )
+from controller.api.labels import SYNC_ROLE
 from controller.sync.errors import SYNC_FAILED
 from controller.sync.protocol import CONTAINER, FetchSource, fetch_argv, sync_pod_name
 from controller.sync.termination import FAILED, SyncResult, parse_termination_message
@@ -101,7 +102,7 @@ def build_sync_pod(
         "terminationMessagePolicy": "File",
         **extra,
     }
-    meta = object_metadata(job, sync_pod_name(job.name, generation), "sync")
+    meta = object_metadata(job, sync_pod_name(job.name, generation), SYNC_ROLE)
     meta["annotations"] = {GENERATION_ANNOTATION: str(generation)}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",

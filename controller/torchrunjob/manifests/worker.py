@@ -35,10 +35,11 @@ from controller.api import (
     TorchrunQueue,
     to_json,
 )
+from controller.api.labels import WORKER_ROLE
 from controller.api.quantity import Quantity
+from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.torchrunjob.manifests.checkpoint import WorkerCheckpoint, worker_checkpoint
 from controller.torchrunjob.manifests.common import (
-    COMPLETION_INDEX_ANNOTATION,
     allowed,
     image_of,
     labels,
@@ -57,7 +58,7 @@ from controller.torchrunjob.manifests.scheduling import SchedulerFields, schedul
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE, WorkerStorage, worker_storage
 from controller.torchrunjob.manifests.tools import WorkerTools, worker_tools
 
-__all__ = ["COMPLETION_INDEX_ANNOTATION", "CONTAINER", "build_worker_job", "worker_pod", "worker_requests"]
+__all__ = ["CONTAINER", "build_worker_job", "worker_pod", "worker_requests"]
 CONTAINER = "torchrun"
 SHM_VOLUME = "dshm"
 
@@ -212,7 +213,7 @@ def _pod_metadata(job: TorchrunJob, queue: TorchrunQueue, sched: SchedulerFields
     meta: dict[str, Any] = {
         "labels": {
             **queue.spec.pod_labels,
-            **labels(job, "worker"),
+            **labels(job, WORKER_ROLE),
             QUEUE_LABEL: queue.name,
             **sched.pod_labels,
         }
@@ -226,7 +227,7 @@ def _pod_metadata(job: TorchrunJob, queue: TorchrunQueue, sched: SchedulerFields
 def _job_metadata(
     job: TorchrunJob, sched: SchedulerFields, *, restart: int, generation: int
 ) -> dict[str, Any]:
-    meta = object_metadata(job, job.name, "worker")
+    meta = object_metadata(job, job.name, WORKER_ROLE)
     meta["labels"].update(sched.job_labels)
     meta["annotations"] = {
         RESTART_ANNOTATION: str(restart),
