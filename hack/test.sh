@@ -37,9 +37,14 @@ lint-imports --config .importlinter
   || log "real node not built: test/e2e/test_realnode.py fails and says why"
 
 log "pytest"
+# pytest-xdist workers, each with a control plane of its own; every real-node test runs on one of
+# them (test/conftest.py's groups). TORCHRUN_TEST_WORKERS=0 runs the tests in this process alone.
+workers="${TORCHRUN_TEST_WORKERS:-2}"
+parallel=()
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup)
 set +e
 # -rs prints every skip's reason; a skip not in test/expected_skips.txt fails the run (test/conftest.py)
-python -m pytest -p no:cacheprovider -rs "${@:-test}"
+python -m pytest -p no:cacheprovider -rs "${parallel[@]}" "${@:-test}"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
