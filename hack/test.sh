@@ -18,7 +18,7 @@ ruff format --check controller test hack
 log "mypy"
 mypy
 log "import contracts"
-lint-imports --config .importlinter
+lint-imports .importlinter
 
 "$HACK_DIR/build-controlplane.sh"
 # the real Kueue controller, for the test that runs a job through it (cached like the rest)
