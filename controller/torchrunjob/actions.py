@@ -1,8 +1,9 @@
-"""Carrying out a lifecycle decision's actions (`lifecycle.Action`): the deletions it asks for.
+"""Carrying out a decision's actions (`steps.Action`): the deletions it asks for.
 
-Every deletion goes through `Children` or `ManagedEtcd`, so only objects the job controls are
-ever deleted, each with a UID precondition; the TorchrunJob itself (TTL) is deleted with its own
-UID as precondition, and one already gone or replaced is not an error.
+Every deletion goes through `Children` (`WorkspaceClaims` and `Generations` delete through it too)
+or `ManagedEtcd`, so only objects the job controls are ever deleted, each with a UID
+precondition; the TorchrunJob itself (TTL) is deleted with its own UID as precondition, and one
+already gone or replaced is not an error.
 """
 
 from __future__ import annotations
@@ -15,21 +16,28 @@ from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import JOBS, SERVICES
 from controller.torchrunjob.children import Children
-from controller.torchrunjob.lifecycle import Action
+from controller.torchrunjob.claims import WorkspaceClaims
+from controller.torchrunjob.generations import Generations
 from controller.torchrunjob.managed_etcd import ManagedEtcd
-from controller.torchrunjob.workspace import WorkspaceSync
+from controller.torchrunjob.steps import Action
 
 log = structlog.get_logger("torchrunjob")
 
 
 class Actions:
     def __init__(
-        self, client: RESTClient, children: Children, etcd: ManagedEtcd, workspace: WorkspaceSync
+        self,
+        client: RESTClient,
+        children: Children,
+        etcd: ManagedEtcd,
+        claims: WorkspaceClaims,
+        generations: Generations,
     ) -> None:
         self.client = client
         self.children = children
         self.etcd = etcd
-        self.workspace = workspace
+        self.claims = claims
+        self.generations = generations
 
     def carry_out(self, job: TorchrunJob, action: Action) -> None:
         if action is Action.DELETE_WORKERS:
@@ -41,9 +49,10 @@ class Actions:
         elif action is Action.DELETE_SERVICE:
             self.children.delete(SERVICES, job)
         elif action is Action.STOP_SYNC:
-            self.workspace.stop_sync(job)
+            self.generations.stop_sync(job)
         elif action is Action.CLEAN_WORKSPACE:
-            self.workspace.clean(job)
+            self.generations.clean(job)
+            self.claims.clean(job)
         elif action is Action.DELETE_JOB:
             self.delete_job(job)
 

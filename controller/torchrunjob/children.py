@@ -1,13 +1,15 @@
-"""The objects a TorchrunJob owns (Service, worker Job): make them exist, never touch others'.
+"""The objects a TorchrunJob owns (Service, worker Job, claims, PodGroup): make them exist, never
+touch others'.
 
-What `Children` guarantees:
+What `Children` guarantees — the one create-or-adopt path of the job controller:
 - `ensure(resource, job, desired)` is a step (`steps.py`): `Proceed(obj)` with the object of
-  that name controlled by this job (from the cache, or created), or a `Wait` with
+  that name controlled by this job (from the cache, or created), or a `wait` with
   `Admitted=False NameConflict` naming the object when the name is taken by an object it does not
   control (no controller owner reference with the job's UID). A foreign object is never adopted,
   patched or deleted. A create answered with AlreadyExists (the cache is behind, or a create we
   sent before) is resolved with one GET: ours → use it; someone else's → the conflict; gone
-  again → a plain retry with backoff.
+  again → a plain retry with backoff. `ours` widens "controlled by this job" where an object
+  without an owner is the job's to use (a persisted checkpoints claim: `is_reattachable`).
 - `delete(resource, job)` deletes the object only when this job controls it, with a UID
   precondition, so a same-named object created meanwhile is never hit.
 - Writes use field manager `torchrun-controller` (the REST client's default); each create and
@@ -28,9 +30,10 @@ from controller.cache import Lister
 from controller.meta import Obj, Resource, controller_of, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
+from controller.torchrunjob.steps import Decision, Observed, Proceed, Step, wait
 
 log = structlog.get_logger("torchrunjob")
+Ours = Callable[[Obj], bool]
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,10 @@ def name_conflict(resource: Resource, obj: Obj) -> NameConflict:
     )
 
 
-def conflict_wait(conflict: NameConflict) -> Wait:
+def conflict_wait(conflict: NameConflict) -> Decision:
     """`Admitted=False NameConflict` naming the object, retried with backoff: the name being
     freed by someone else is announced by no event of ours."""
-    return Wait(
+    return wait(
         Observed(JobConditionType.ADMITTED, False, Reason.NAME_CONFLICT, conflict.message), retry=True
     )
 
@@ -87,17 +90,27 @@ class Children:
         """The cached object of that name (default: the job's name), whoever owns it."""
         return self.listers[resource].get(name or job.name, job.namespace)
 
-    def ensure(self, resource: Resource, job: TorchrunJob, desired: dict[str, Any]) -> Step[Obj]:
-        return self.ensure_built(resource, job, desired["metadata"]["name"], lambda: desired)
+    def ensure(
+        self, resource: Resource, job: TorchrunJob, desired: dict[str, Any], *, ours: Ours | None = None
+    ) -> Step[Obj]:
+        return self.ensure_built(resource, job, desired["metadata"]["name"], lambda: desired, ours=ours)
 
     def ensure_built(
-        self, resource: Resource, job: TorchrunJob, name: str, build: Callable[[], dict[str, Any]]
+        self,
+        resource: Resource,
+        job: TorchrunJob,
+        name: str,
+        build: Callable[[], dict[str, Any]],
+        *,
+        ours: Ours | None = None,
     ) -> Step[Obj]:
         """`ensure` of the object `build()` returns, named `name`: `build` is called only when the
-        object must be created (a pass that finds it cached builds nothing)."""
+        object must be created (a pass that finds it cached builds nothing). `ours`: whether an
+        existing object is the job's (default: the job controls it)."""
+        mine = ours or (lambda obj: is_controlled_by(obj, job.metadata.uid))
         cached = self.get(resource, job, name)
         if cached is not None:
-            if is_controlled_by(cached, job.metadata.uid):
+            if mine(cached):
                 return Proceed(cached)
             return conflict_wait(name_conflict(resource, cached))
         try:
@@ -107,17 +120,17 @@ class Children:
         except ApiError as exc:
             if not exc.already_exists:
                 raise
-        return self._resolve_existing(resource, job, name)
+        return self._resolve_existing(resource, job, name, mine)
 
-    def _resolve_existing(self, resource: Resource, job: TorchrunJob, name: str) -> Step[Obj]:
+    def _resolve_existing(self, resource: Resource, job: TorchrunJob, name: str, mine: Ours) -> Step[Obj]:
         """After AlreadyExists: one GET tells ours (cache behind) from someone else's."""
         try:
             live = self.client.get(resource, name, job.namespace)
         except ApiError as exc:
             if exc.not_found:  # deleted between our create and this read: try again later
-                return Wait(retry=True)
+                return wait(retry=True)
             raise
-        if is_controlled_by(live, job.metadata.uid):
+        if mine(live):
             return Proceed(live)
         return conflict_wait(name_conflict(resource, live))
 

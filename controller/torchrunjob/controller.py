@@ -1,20 +1,22 @@
 """The TorchrunJob reconciler: level-based, idempotent, one key at a time (`syncHandler`).
 
-`reconcile(key)` reads the job from the lister and runs `sync`, a list of steps that stops at the
-first `Wait` (`steps.py`): a finished job gets only `lifecycle.finished` (etcd, workers or a
-sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid → topology),
-`lifecycle.deadline`, the `workspace` (PVCs, the code generation synced: `workspace.py`), the
-headless `service`, the managed `etcd` of etcd-v2 rendezvous (`managed_etcd.py`), the `gang`
-(`podgroups.py`), and the `workers` of the current attempt (`workers.py`), whose state becomes
-conditions — suspended, running or why not (`starting.py`; hot reload rolls workers made
-before the generation in use; `progress.py`: status.progress, Progressing, a stall), or ended
-(`lifecycle.attempt_ended`).
-No step writes the status: it is computed from what the steps returned and written once, **on
+`reconcile(key)` reads the job from the lister and runs `sync`, a list of steps that each answer
+`Proceed(value, decision)` or a `Decision` that ends the pass (`steps.py`; `take` records each
+answer and carries out its actions): a finished job gets only `lifecycle.finished` (etcd, workers
+or a sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid → topology),
+`lifecycle.deadline`, the workspace `claims` (`claims.py`) and the code `generation` synced
+(`generations.py`), the headless `service`, the managed `etcd` of etcd-v2 rendezvous
+(`managed_etcd.py`), the `gang` (`podgroups.py`), the `workers` of the current attempt
+(`workers.py`: the worker Job and its pods, listed once), and `observe`, whose answer is the
+attempt's state as conditions — suspended, running or why not (`starting.py`; `reload.py`: hot
+reload rolls workers made before the generation in use; `progress.py`: status.progress,
+Progressing, a stall), or ended (`lifecycle.attempt_ended`).
+No step writes the status: it is computed from what the steps answered and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events) — but a write that would
 change only the worker counts (and the messages that quote them) waits up to `COUNTS_BATCH`
 seconds for more, so pods starting together cost a write per batch, not one per count. Timers come back as
-`Result(requeue_after=...)`, a `Wait` no event announces (a name conflict) as a rate-limited
+`Result(requeue_after=...)`, a wait no event announces (a name conflict) as a rate-limited
 `Result(requeue=True)`; nothing is requeued at once after our own writes (their watch events bring
 the key back); a pass that finds the cached job still at the version our last status write
 replaced (a child's event came first) ends at once: it would decide on a status we replaced and
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import datetime
+from typing import Any, TypeVar
 
 import structlog
 
-from controller.api import InvalidObjectError, TorchrunJob, find_condition
+from controller.api import InvalidObjectError, TorchrunJob, TorchrunJobStatus, find_condition
 from controller.api import JobConditionType as C
 from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
@@ -43,11 +47,11 @@ from controller.runtime.events import EventRecorder
 from controller.runtime.status import update_status
 from controller.torchrunjob import lifecycle, starting
 from controller.torchrunjob import status as st
-from controller.torchrunjob import workspace as ws
 from controller.torchrunjob.actions import Actions
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.children import Children
-from controller.torchrunjob.lifecycle import Decision
+from controller.torchrunjob.claims import WorkspaceClaims
+from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.manifests.etcd import READY, EtcdState
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
@@ -55,13 +59,15 @@ from controller.torchrunjob.manifests.service import build_service, service_drif
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.podgroups import PodGroups
 from controller.torchrunjob.progress import ProgressSettings, ProgressStep
+from controller.torchrunjob.reload import HotReload
 from controller.torchrunjob.reporter import StatusReporter
 from controller.torchrunjob.start_evidence import StartEvidence
-from controller.torchrunjob.steps import Proceed, Step
+from controller.torchrunjob.steps import Decision, Observed, Proceed, Step, wait
 from controller.torchrunjob.updater import JobTracker, JobUpdater, QueueParses
 from controller.torchrunjob.workers import Attempt, Workers, WorkerSettings
 
 log = structlog.get_logger("torchrunjob")
+T = TypeVar("T")
 
 COUNTS_BATCH = 5.0
 """Seconds a status write that changes only `status.workers` and condition messages may wait for
@@ -102,15 +108,17 @@ class TorchrunJobReconciler:
         self.options = opts = options or Options()
         self.children = Children(client, {JOBS: worker_jobs, SERVICES: services, PODS: pods, PVCS: claims})
         self.etcd = ManagedEtcd(self.children)
-        settings = ws.WorkspaceSettings(opts.sync_image, opts.upload_timeout, opts.claim_bind_timeout)
-        self.workspace = ws.WorkspaceSync(client, self.children, settings)
+        self.claims = WorkspaceClaims(client, self.children, opts.claim_bind_timeout)
+        sync = SyncSettings(opts.sync_image, opts.upload_timeout)
+        self.generations = Generations(self.children, self.claims, sync)
         workers = WorkerSettings(opts.sync_image, opts.cluster_domain, opts.progress.reporter)
         self.workers = Workers(client, self.children, pods, workers)
         self.pod_groups = pod_groups
         self.start_evidence = StartEvidence(client, pod_groups)
-        self.actions = Actions(client, self.children, self.etcd, self.workspace)
+        self.actions = Actions(client, self.children, self.etcd, self.claims, self.generations)
         self.reporter = StatusReporter(client, recorder)
-        self.progress = ProgressStep(opts.progress, pods)
+        self.progress = ProgressStep(opts.progress)
+        self.reload = HotReload(client, recorder)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
         self.queue_parses = QueueParses()
@@ -137,7 +145,7 @@ class TorchrunJobReconciler:
             self.reporter.deprecated_field(raw, job)
         p = st.StatusUpdate(job, utc_now())
         try:
-            self.sync(job, p, updater)
+            self.sync(raw, job, p, updater)
         finally:  # what the steps returned so far is written even when one raised
             held = updater.hold_counts(time.monotonic(), COUNTS_BATCH) if p.routine_only() else None
             if held is not None:
@@ -148,58 +156,69 @@ class TorchrunJobReconciler:
             return Result(requeue=True)
         return Result(requeue_after=min(p.timers)) if p.timers else None
 
-    def sync(self, job: TorchrunJob, p: st.StatusUpdate, updater: JobUpdater) -> None:
-        """The steps of the module docstring; each returns, `p` records."""
+    def sync(self, raw: Obj, job: TorchrunJob, p: st.StatusUpdate, updater: JobUpdater) -> None:
+        """The steps of the module docstring, in order; each answers (`steps.py`), `take` records."""
         if p.is_true(C.SUCCEEDED) or p.is_true(C.FAILED):
-            worker = self.children.get(JOBS, job)
-            running = worker is not None and st.worker_outcome(worker) is None
-            syncing = self.workspace.syncing(job)
-            autoclean = self.options.autoclean
-            self.decide(job, p, lifecycle.finished_of(job, p.status, autoclean, running, syncing, p.now))
+            self.take(job, p, self.finished(job, p.status, p.now))
             return
-        admission = self.admit(job, p, updater)
-        if admission is None:
+        admitted = self.take(job, p, self.admit(job, p.status, p.now, updater))
+        if admitted is None or self.take(job, p, lifecycle.deadline_of(job, p.status, p.now)) is None:
             return
-        if self.decide(job, p, lifecycle.deadline_of(job, p.status, p.now)).stop:
+        admission = admitted.value
+        claim = self.take(job, p, self.claims.ensure(job, admission.queue, admission.topology))
+        if claim is None or self.take(job, p, self.generation(job, admission, claim.value, p)) is None:
             return
-        if p.waits(self.workspace_step(job, admission, p)) or p.waits(self.service(job)):
+        if self.take(job, p, self.service(job)) is None:
             return
-        etcd = self.etcd_step(job, admission, p)
-        if p.waits(etcd) or p.waits(self.pod_groups.ensure(job, admission.queue, admission.topology)):
+        etcd = self.take(job, p, self.etcd_step(job, admission, p.status))
+        if etcd is None or self.take(job, p, self.gang(job, admission)) is None:
             return
-        assert isinstance(etcd, Proceed)
-        attempt = self.workers.ensure(job, admission, p.status, etcd.value, updater)
-        if isinstance(attempt, Proceed):
-            self.observe(job, attempt.value, p, updater)
-        else:
-            p.waits(attempt)
+        attempt = self.take(job, p, self.workers.ensure(job, admission, p.status, etcd.value, updater))
+        if attempt is not None:
+            self.take(job, p, self.observe(raw, job, attempt.value, p.status, p.now, updater))
+
+    def take(self, job: TorchrunJob, p: st.StatusUpdate, answer: Step[T]) -> Proceed[T] | None:
+        """Record what a step decided and carry out its actions; the `Proceed` to go on with, or
+        None where the pass ends."""
+        decision = answer.decision if isinstance(answer, Proceed) else answer
+        p.decided(decision)
+        for action in decision.actions:
+            self.actions.carry_out(job, action)
+        return answer if isinstance(answer, Proceed) else None
 
     # -- the steps ---------------------------------------------------------------------------
 
-    def admit(self, job: TorchrunJob, p: st.StatusUpdate, updater: JobUpdater) -> Admission | None:
-        """The queue, topology and command when the job may run; else None and `Admitted=False`
-        (decided again only when the job or its queue changed: `JobUpdater.memo`)."""
+    def finished(self, job: TorchrunJob, status: TorchrunJobStatus, now: datetime) -> Decision:
+        """What a finished job still needs (`lifecycle.finished`)."""
+        worker = self.children.get(JOBS, job)
+        running = worker is not None and st.worker_outcome(worker) is None
+        syncing = self.generations.syncing(job)
+        return lifecycle.finished_of(job, status, self.options.autoclean, running, syncing, now)
+
+    def admit(
+        self, job: TorchrunJob, status: TorchrunJobStatus, now: datetime, updater: JobUpdater
+    ) -> Step[Admission]:
+        """The queue, topology and command when the job may run, with `Admitted=True`, its size
+        and start time; else `Admitted=False` (decided again only when the job or its queue
+        changed: `JobUpdater.memo`)."""
         raw_queue = self.queues.get(job.spec.job_queue)
         meta = {} if raw_queue is None else raw_queue["metadata"]
         versions = (job.metadata.resource_version, meta.get("uid"), meta.get("resourceVersion"))
         verdict = updater.memo("admission", versions, lambda: admit(job, raw_queue, self.queue_parses.parse))
         if isinstance(verdict, Refusal):
-            p.cond(C.ADMITTED, False, verdict.reason, verdict.message)
-            return None
-        p.cond(C.ADMITTED, True, Reason.ADMITTED, verdict.message)
-        p.set(nodes=verdict.topology.nodes, gpus=verdict.topology.total_gpus)
-        if p.status.start_time is None:
-            p.set(start_time=p.now)
-        return verdict
+            return wait(Observed(C.ADMITTED, False, verdict.reason, verdict.message))
+        changes: dict[str, Any] = {"nodes": verdict.topology.nodes, "gpus": verdict.topology.total_gpus}
+        if status.start_time is None:
+            changes["start_time"] = now
+        return Proceed(
+            verdict, Decision((Observed(C.ADMITTED, True, Reason.ADMITTED, verdict.message),), changes)
+        )
 
-    def workspace_step(
-        self, job: TorchrunJob, admission: Admission, p: st.StatusUpdate
-    ) -> Step[ws.WorkspaceState]:
-        """The PVCs exist and a code generation is synced (the one in use stays during a reload)."""
-        got = self.workspace.ensure(job, admission.queue, admission.topology, p.status, p.now)
-        if isinstance(got, Proceed):
-            p.workspace_ready(got.value)
-        return got
+    def generation(
+        self, job: TorchrunJob, admission: Admission, claim: Obj | None, p: st.StatusUpdate
+    ) -> Step[WorkspaceState]:
+        """A code generation is synced (the one in use stays during a reload)."""
+        return self.generations.ensure(job, admission.queue, admission.topology, claim, p.status, p.now)
 
     def service(self, job: TorchrunJob) -> Step[Obj]:
         """The headless Service exists and is ours (its spec patched back if it drifted)."""
@@ -209,65 +228,63 @@ class TorchrunJobReconciler:
             self.client.patch(SERVICES, job.name, patch, job.namespace)
         return got
 
-    def etcd_step(self, job: TorchrunJob, admission: Admission, p: st.StatusUpdate) -> Step[EtcdState]:
+    def etcd_step(self, job: TorchrunJob, admission: Admission, status: TorchrunJobStatus) -> Step[EtcdState]:
         """The managed etcd's state (READY for jobs that need none)."""
         if not job.spec.distributed.runs_managed_etcd:
             return Proceed(READY)
-        return self.etcd.ensure(job, admission.queue, p.status.restarts)
+        return self.etcd.ensure(job, admission.queue, status.restarts)
 
-    def observe(self, job: TorchrunJob, attempt: Attempt, p: st.StatusUpdate, updater: JobUpdater) -> None:
-        """The attempt's state becomes the job's conditions (lifecycle.py; a stall: progress.py)."""
+    def gang(self, job: TorchrunJob, admission: Admission) -> Step[None]:
+        """The gang's PodGroup exists before any pod, or Kueue's switch follows (`podgroups.py`)."""
+        return self.pod_groups.ensure(job, admission.queue, admission.topology)
+
+    def observe(
+        self,
+        raw: Obj,
+        job: TorchrunJob,
+        attempt: Attempt,
+        status: TorchrunJobStatus,
+        now: datetime,
+        updater: JobUpdater,
+    ) -> Step[None]:
+        """The attempt's state becomes the job's conditions (lifecycle.py; a stall: progress.py;
+        a hot reload: reload.py)."""
         topo, fp = attempt.topology, job.spec.failure_policy
-        p.set(**attempt.observed(p.status))  # size, worker counts, checkpoints
-        was_suspended = find_condition(p.status.conditions, C.SUSPENDED) is not None
-        p.record(*lifecycle.suspension(job.spec.suspend, was_suspended))
+        was_suspended = find_condition(status.conditions, C.SUSPENDED) is not None
+        seen = Decision(lifecycle.suspension(job.spec.suspend, was_suspended), attempt.observed(status))
         if job.spec.suspend:
-            return
+            return Proceed(None, seen)
+        status = dataclasses.replace(status, **seen.changes)  # size, worker counts, checkpoints
         outcome = st.worker_outcome(attempt.job)
-        stalled = self.progress.observe(job, attempt.queue, attempt.job, p, final=outcome is not None)
+        final = outcome is not None
+        progress = self.progress.observe(job, attempt.queue, attempt.job, attempt.pods, status, now, final)
+        seen = seen.then(progress.decision)
         if outcome is None:
-            seen = st.retriable_failures(
+            found = st.retriable_failures(
                 attempt.pods, attempt.job["metadata"]["uid"], fp.retriable_exit_codes
             )
             # failed pods may be cleaned up by someone else: the count never goes down in an attempt
-            p.set(retriable_failures=max(seen, p.status.retriable_failures))
-            cap = fp.max_retriable_failures
-            outcome = lifecycle.retriable_limit(p.status.retriable_failures, cap, fp.retriable_exit_codes)
-            outcome = outcome or stalled
+            failures = max(found, status.retriable_failures)
+            seen = seen.then(Decision(changes={"retriable_failures": failures}))
+            outcome = lifecycle.retriable_limit(failures, fp.max_retriable_failures, fp.retriable_exit_codes)
+            outcome = outcome or progress.value
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
-            restarts, ttl = p.status.restarts, job.spec.ttl_seconds_after_finished
-            self.decide(
-                job,
-                p,
-                lifecycle.attempt_ended(outcome, restarts=restarts, limit=limit, ttl_seconds=ttl, now=p.now),
+            ttl = job.spec.ttl_seconds_after_finished
+            ended = lifecycle.attempt_ended(
+                outcome, restarts=status.restarts, limit=limit, ttl_seconds=ttl, now=now
             )
-            return
-        evicted = self.workspace.roll(job, attempt.job, p.status)  # hot reload
-        if evicted:
-            self.reporter.reloaded(self.jobs.get(job.name, job.namespace) or {}, p.status, evicted)
-        ready, blocked = p.status.workers.ready, None
+            return seen.then(ended)
+        self.reload.roll(raw, attempt, status)
+        ready, blocked, look_again = status.workers.ready, None, None
         if ready < topo.nodes:
-            evidence, look_again = self.start_evidence.gather(job, attempt, updater, p.now)
+            evidence, look_again = self.start_evidence.gather(job, attempt, updater, now)
             blocked = starting.blocked(evidence)
-            p.timer(look_again)
         running = lifecycle.running(ready, topo.nodes, blocked)
-        p.record(running)
         if (
             running.status
             and job.metadata.creation_timestamp is not None
             and updater.once("running_observed")
         ):
-            self.metrics.submit_to_running.observe((p.now - job.metadata.creation_timestamp).total_seconds())
-
-    # -- lifecycle decisions and what they do ----------------------------------------------------
-
-    def decide(self, job: TorchrunJob, p: st.StatusUpdate, decision: Decision) -> Decision:
-        """Record `decision`'s conditions, changes and timer, and carry out its actions."""
-        p.record(*decision.conditions)
-        if decision.changes:
-            p.set(**decision.changes)
-        p.timer(decision.requeue_after)
-        for action in decision.actions:
-            self.actions.carry_out(job, action)
-        return decision
+            self.metrics.submit_to_running.observe((now - job.metadata.creation_timestamp).total_seconds())
+        return Proceed(None, seen.then(Decision((running,), requeue_after=look_again)))

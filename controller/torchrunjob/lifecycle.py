@@ -1,8 +1,9 @@
 """A job's lifecycle as pure decisions: state in, conditions + status changes + actions out.
 
-Each function answers one question of SPEC §6 from plain values and returns a `Decision`; the
-reconciler (`controller.py`) records its conditions and changes and carries out its actions. No
-I/O, no clock: `now` is an argument, so every rule is a row in a table test.
+Each function answers one question of SPEC §6 from plain values and returns a `Decision` (the
+one answer of every step: `steps.py`); the reconciler (`controller.py`) records its conditions
+and changes and carries out its actions. No I/O, no clock: `now` is an argument, so every rule is
+a row in a table test. `deadline_of` and `finished_of` answer for a job as it stands, as steps.
 - `deadline`: `activeDeadlineSeconds` counted from the start (sync included; a suspended job's
   clock is not checked) — a timer until then; past it, the job fails `DeadlineExceeded`.
 - `ttl`: `ttlSecondsAfterFinished` after completion the TorchrunJob is deleted; a timer until then.
@@ -23,53 +24,15 @@ I/O, no clock: `now` is an argument, so every rule is a row in a table test.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from datetime import datetime, timedelta
-from enum import Enum
-from typing import Any
 
 from controller.api import JobConditionType as C
 from controller.api import TorchrunJob, TorchrunJobStatus
 from controller.api.reasons import Reason
 from controller.torchrunjob.starting import Blocked
 from controller.torchrunjob.status import Outcome
-from controller.torchrunjob.steps import Observed
-
-
-class Action(Enum):
-    DELETE_WORKERS = "DeleteWorkers"  # the worker Job (its pods go with it)
-    REMOVE_ETCD = "RemoveEtcd"  # the managed etcd pod
-    REMOVE_ETCD_SERVICE = "RemoveEtcdService"
-    DELETE_SERVICE = "DeleteService"  # the headless Service
-    STOP_SYNC = "StopSync"  # sync pods still at work (the ones that ended stay, for their logs)
-    CLEAN_WORKSPACE = "CleanWorkspace"  # sync pods and the workspace claim (checkpoints stay)
-    DELETE_JOB = "DeleteJob"  # the TorchrunJob itself
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to record and do. `stop`: the pass ends here (the job is over)."""
-
-    conditions: tuple[Observed, ...] = ()
-    changes: Mapping[str, Any] = field(default_factory=dict)
-    actions: tuple[Action, ...] = ()
-    requeue_after: float | None = None
-    stop: bool = False
-
-    def then(self, other: Decision) -> Decision:
-        """Both decisions, `other`'s after this one's."""
-        timers = [t for t in (self.requeue_after, other.requeue_after) if t is not None]
-        return Decision(
-            self.conditions + other.conditions,
-            {**self.changes, **other.changes},
-            self.actions + other.actions,
-            min(timers) if timers else None,
-            self.stop or other.stop,
-        )
-
-
-PROCEED = Decision()
+from controller.torchrunjob.steps import PROCEED, Action, Decision, Observed, Proceed, Step
 
 
 def ttl(seconds: int | None, completion_time: datetime | None, now: datetime) -> Decision:
@@ -218,12 +181,13 @@ def running(ready: int, nodes: int, blocked: Blocked | None) -> Observed:
     return Observed(C.RUNNING, False, Reason.WORKERS_STARTING, f"{ready}/{nodes} worker pods are running")
 
 
-def deadline_of(job: TorchrunJob, status: TorchrunJobStatus, now: datetime) -> Decision:
-    """`deadline` for `job` as it stands."""
+def deadline_of(job: TorchrunJob, status: TorchrunJobStatus, now: datetime) -> Step[None]:
+    """`deadline` for `job` as it stands, as a step: its timer on the way, or the job's end."""
     spec = job.spec
-    return deadline(
+    decided = deadline(
         spec.active_deadline_seconds, spec.suspend, status.start_time, spec.ttl_seconds_after_finished, now
     )
+    return decided if decided.stop else Proceed(None, decided)
 
 
 def finished_of(

@@ -2,7 +2,7 @@
 attempt, and loses the pod when it finishes.
 
 What `ensure` guarantees, through `Children` (so a same-named object the job does not control is
-never adopted, changed or deleted — it is a `Wait` with `Admitted=False NameConflict`):
+never adopted, changed or deleted — it is a `wait` with `Admitted=False NameConflict`):
 - the Service `<job>-etcd` exists; the pod `<job>-etcd` exists for the job's current whole-job
   restart — a pod of an earlier attempt, or one that ended (evicted, node lost), is deleted first
   and a new one is created once it is gone (its deletion event brings the job back);

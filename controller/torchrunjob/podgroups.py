@@ -13,11 +13,11 @@ What `PodGroups.ensure(job, queue, topo)` guarantees, called before the worker J
   annotation of `manifests/scheduling.py`; the PodGroup itself is built in
   `manifests/podgroup.py`.
 - The answer is a step (`steps.py`). A PodGroup of the same name that the job does not control
-  is a `Wait` with `Admitted=False NameConflict` naming it: one owned by an earlier TorchrunJob of
+  is a `wait` with `Admitted=False NameConflict` naming it: one owned by an earlier TorchrunJob of
   the same name is waited out (the garbage collector is removing it; its delete event brings the
   job back at once), one created by someone else is never used, changed or deleted — a gang the
   job does not own could hold any pods. Both retry with backoff.
-- A PodGroup kind the cluster does not serve is a `Wait` with `Admitted=False
+- A PodGroup kind the cluster does not serve is a `wait` with `Admitted=False
   SchedulerAPIMissing` (looked at again in 30 s), never a crash: the queue controller turns the
   same fact into `Ready=False`, which then holds the job back with `QueueNotReady`.
 
@@ -25,8 +25,9 @@ Reads come from caches, never from the API on a pass (SPEC §7): PodGroups from 
 kind narrowed by the `torchrun-job-name` label, Kueue Workloads (Kueue's, unlabelled by us) from
 an unselected informer in the watched namespace — both `OptionalInformers`, started only once
 discovery shows the kind is served (the CRDs may come after the controller). A PodGroup missing
-from the cache is created; if the API answers AlreadyExists (the cache lags our own create, or
-the PodGroup is someone else's and lacks our label) it is read once, fresh, and handled as above.
+from the cache is created through `Children` (the job controller's one create-or-adopt path): if
+the API answers AlreadyExists (the cache lags our own create, or the PodGroup is someone else's
+and lacks our label) it is read once, fresh, and handled as above.
 PodGroup events enqueue the job that controls them (`wiring.py`), so drift and the earlier job's
 PodGroup going away are noticed without polling.
 
@@ -56,7 +57,7 @@ from controller.cache import Lister, OptionalInformers
 from controller.meta import Obj, Resource, is_controlled_by
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
-from controller.torchrunjob.children import conflict_wait, name_conflict
+from controller.torchrunjob.children import Children
 from controller.torchrunjob.manifests.podgroup import (
     KUEUE_JOB_UID_LABEL,
     KUEUE_WORKLOADS,
@@ -65,11 +66,10 @@ from controller.torchrunjob.manifests.podgroup import (
     workload_active_patch,
 )
 from controller.torchrunjob.starting import kueue_hold
-from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
+from controller.torchrunjob.steps import Decision, Observed, Proceed, Step, wait
 
 log = structlog.get_logger("podgroups")
 MISSING_API_RETRY = 30.0
-RACE = Wait(retry=True)  # created and gone again between two requests: look again with backoff
 
 
 class PodGroups:
@@ -97,40 +97,18 @@ class PodGroups:
         cache = self.informers.lister(resource, label_selector=JOB_LABEL)
         if cache is None:
             return _not_served(resource)
-        existing = cache.get(name, job.namespace)
-        if existing is None:
-            created = self._create(job, resource, desired)
-            if not isinstance(created, Proceed):
-                return created
-            if created.value is None:
-                return Proceed(None)
-            existing = created.value
-        if not is_controlled_by(existing, job.metadata.uid):
-            return conflict_wait(name_conflict(resource, existing))
-        patch = drift(existing, desired)
-        if patch:
-            self.client.patch(resource, name, patch, job.namespace)
-            log.info("pod group updated", key=job.key, resource=resource.key, patch=patch)
-        return Proceed(None)
-
-    def _create(self, job: TorchrunJob, resource: Resource, desired: dict[str, Any]) -> Step[Obj | None]:
-        """Create the PodGroup: Proceed(None) when created, else Proceed(the one that exists, read
-        fresh), or a Wait when the kind is not served or the object came and went."""
-        name = desired["metadata"]["name"]
         try:
-            self.client.create(resource, desired)
+            got = Children(self.client, {resource: cache}).ensure(resource, job, desired)
         except ApiError as exc:
             if exc.not_found:  # the kind is not served (a namespace being deleted also lands here)
                 return _not_served(resource)
-            if not exc.already_exists:
-                raise
-            try:
-                return Proceed(self.client.get(resource, name, job.namespace))
-            except ApiError as again:
-                if again.not_found:
-                    return RACE
-                raise
-        log.info("pod group created", key=job.key, resource=resource.key, spec=desired["spec"])
+            raise
+        if not isinstance(got, Proceed):
+            return got
+        patch = drift(got.value, desired)
+        if patch:
+            self.client.patch(resource, name, patch, job.namespace)
+            log.info("pod group updated", key=job.key, resource=resource.key, patch=patch)
         return Proceed(None)
 
     # -- Kueue ------------------------------------------------------------------------------
@@ -166,9 +144,9 @@ class PodGroups:
         return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
 
 
-def _not_served(resource: Resource) -> Wait:
+def _not_served(resource: Resource) -> Decision:
     message = (
         f"the cluster does not serve {resource.key}, which the queue's scheduler needs; the job waits for it"
     )
     condition = Observed(JobConditionType.ADMITTED, False, Reason.SCHEDULER_API_MISSING, message)
-    return Wait(condition, requeue_after=MISSING_API_RETRY)
+    return wait(condition, requeue_after=MISSING_API_RETRY)

@@ -1,7 +1,9 @@
 """The progress step of a running attempt: reports → `status.progress`, `Progressing`, a stall.
 
 `ProgressStep.observe` reads the leader's reports of the job's current attempt (the store keeps
-only reports from the pods of the worker Job it is given; `controller.progress.store`) and:
+only reports from the pods of the worker Job it is given; `controller.progress.store`) and the
+attempt's pods (`Attempt.pods`: it lists none itself), and answers as a step (`steps.py`): what
+the pass records — it writes nothing into the pass's status itself. Its answer:
 - sets `status.progress` when it differs from the stored one, but at most once per `period` per
   job (a held-back change comes back by a timer, never by another report: `store.settle`), so
   the API server sees at most one progress write per job per period however often ranks report;
@@ -41,15 +43,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from controller.api import (
-    JOB_LABEL,
     CheckpointStatus,
     ConditionStatus,
     NewestCheckpoint,
     TorchrunJob,
+    TorchrunJobStatus,
     TorchrunQueue,
     find_condition,
     parse_time,
@@ -57,8 +60,7 @@ from controller.api import (
 from controller.api import JobConditionType as C
 from controller.api.progress import EffectivePolicy, OnStall, Progress, effective
 from controller.api.reasons import Reason
-from controller.cache import Lister
-from controller.meta import Obj, is_controlled_by
+from controller.meta import Obj
 from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.progress.stall import RankState, Startup, decide, starting
 from controller.progress.store import JobView, ProgressStore, SavedAt
@@ -66,6 +68,7 @@ from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.manifests.worker import CONTAINER
+from controller.torchrunjob.steps import PROCEED, Decision, Observed, Proceed
 
 DEFAULT_PERIOD = 30.0
 
@@ -81,23 +84,31 @@ class ProgressSettings:
 
 
 class ProgressStep:
-    def __init__(self, settings: ProgressSettings, pods: Lister | None = None) -> None:
+    def __init__(self, settings: ProgressSettings) -> None:
         self.store = settings.store
         self.period = settings.period
-        self.pods = pods
         self._lock = threading.Lock()  # guards _published: one pass per key, many keys at once
         self._published: dict[str, datetime] = {}  # when each job's progress was last set
 
     def observe(
-        self, job: TorchrunJob, queue: TorchrunQueue, worker_job: Obj, p: st.StatusUpdate, final: bool = False
-    ) -> st.Outcome | None:
-        """The module docstring's step for the attempt of `worker_job`; `final`: the attempt ended
-        (its last record is shown whatever the period — the status is written anyway — and
-        nothing stalls any more)."""
+        self,
+        job: TorchrunJob,
+        queue: TorchrunQueue,
+        worker_job: Obj,
+        pods: Sequence[Obj],
+        status: TorchrunJobStatus,
+        now: datetime,
+        final: bool = False,
+    ) -> Proceed[st.Outcome | None]:
+        """The module docstring's step for the attempt of `worker_job`, whose pods are `pods`, on
+        the job's `status` as the pass has it so far: what to record (conditions, progress,
+        checkpoint, a timer), and the attempt's `Outcome` when it stalled for a restart. `final`:
+        the attempt ended (its last record is shown whatever the period — the status is written
+        anyway — and nothing stalls any more)."""
         if self.store is None:
-            return None  # no endpoint: nothing can report
+            return Proceed(None)  # no endpoint: nothing can report
         policy = effective(job.spec.progress, queue.spec.progress)
-        restarts = p.status.restarts  # an in-place restart keeps the attempt: the rate starts again
+        restarts = status.restarts  # an in-place restart keeps the attempt: the rate starts again
         view = self.store.view(job.key, restarts)
         if view is not None and (
             view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]
@@ -107,118 +118,95 @@ class ProgressStep:
             RankState(r, rep.record.step, rep.changed_at, rep.received_at)
             for r, rep in sorted((view.ranks if view is not None else {}).items())
         ]
-        outcome = self.reports(job, worker_job, view, ranks, policy, p, final) if view is not None else None
-        startup = None if final else self.startup(job, worker_job, ranks, policy, p)
+        reported: Proceed[st.Outcome | None] = Proceed(None)
+        if view is not None:
+            reported = self.reports(job, pods, view, ranks, policy, status, now, final)
+        noted, outcome = reported.decision, reported.value
+        shown = noted.changes.get("progress", status.progress)
+        startup = None if final else self.startup(worker_job, pods, ranks, policy, shown, now)
         if startup is None:
-            return outcome
+            return reported
         if not startup.stalled:
-            p.timer(startup.recheck_after)
-            return outcome
+            return Proceed(outcome, noted.then(Decision(requeue_after=startup.recheck_after)))
         message = startup.message()
-        p.cond(C.PROGRESSING, False, Reason.STARTUP_STALLED, message)
+        stalled = noted.then(Decision((Observed(C.PROGRESSING, False, Reason.STARTUP_STALLED, message),)))
         if policy.on_stall is OnStall.RESTART:
-            return st.Outcome(False, Reason.STARTUP_STALLED, message)
-        return None
+            return Proceed(st.Outcome(False, Reason.STARTUP_STALLED, message), stalled)
+        return Proceed(None, stalled)
 
     def reports(
         self,
         job: TorchrunJob,
-        worker_job: Obj,
+        pods: Sequence[Obj],
         view: JobView,
         ranks: list[RankState],
         policy: EffectivePolicy,
-        p: st.StatusUpdate,
+        status: TorchrunJobStatus,
+        now: datetime,
         final: bool,
-    ) -> st.Outcome | None:
+    ) -> Proceed[st.Outcome | None]:
         """What the attempt's reports say: `status.progress`, `Progressing`, a stall."""
         timeout = policy.stall_timeout_seconds
-        verdict = decide(ranks, timeout, p.now, self.newest_start(job, worker_job), ended=final)
+        verdict = decide(ranks, timeout, now, newest_start(pods), ended=final)
         desired = progress_of(view)
-        published = self.publish(job.key, desired, p, final)
+        noted = self.publish(job.key, desired, status.progress, now, final)
+        shown = noted.changes.get("progress", status.progress)
         if view.saved is not None:
-            show_newest_checkpoint(view.saved, p)
-        stored = find_condition(p.status.conditions, C.PROGRESSING)
+            noted = noted.then(show_newest_checkpoint(view.saved, status))
+        stored = find_condition(status.conditions, C.PROGRESSING)
+        published = desired is not None and shown == desired
+        condition = None
         if verdict.lost:
-            p.cond(
-                C.PROGRESSING, ConditionStatus.UNKNOWN, Reason.REPORTING_LOST, verdict.message(ranks, timeout)
-            )
+            message = verdict.message(ranks, timeout)
+            condition = Observed(C.PROGRESSING, ConditionStatus.UNKNOWN, Reason.REPORTING_LOST, message)
         elif verdict.stalled:
-            p.cond(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, timeout))
+            condition = Observed(C.PROGRESSING, False, Reason.STALLED, verdict.message(ranks, timeout))
         elif published or stored is None or stored.status is not ConditionStatus.TRUE:
-            p.cond(C.PROGRESSING, True, Reason.REPORTING, reporting_message(p.status.progress or desired))
-        p.timer(verdict.recheck_after)
+            condition = Observed(C.PROGRESSING, True, Reason.REPORTING, reporting_message(shown or desired))
+        noted = noted.then(
+            Decision(() if condition is None else (condition,), requeue_after=verdict.recheck_after)
+        )
         assert self.store is not None
         if not self.store.settle(job.key, view.version, awaiting=verdict.awaiting) and not final:
-            p.timer(self.period)  # reports arrived during this pass: no report will enqueue the job
+            # reports arrived during this pass: no report will enqueue the job
+            noted = noted.then(Decision(requeue_after=self.period))
         if verdict.stalled and policy.on_stall is OnStall.RESTART:
-            return st.Outcome(False, Reason.STALLED, verdict.message(ranks, timeout))
-        return None
+            return Proceed(st.Outcome(False, Reason.STALLED, verdict.message(ranks, timeout)), noted)
+        return Proceed(None, noted)
 
     def startup(
         self,
-        job: TorchrunJob,
         worker_job: Obj,
+        pods: Sequence[Obj],
         ranks: list[RankState],
         policy: EffectivePolicy,
-        p: st.StatusUpdate,
+        shown: Progress | None,
+        now: datetime,
     ) -> Startup | None:
-        """The startup check of the module docstring (None: it does not apply, or is over)."""
-        timeout = startup_timeout(policy, p.status.progress)
+        """The startup check of the module docstring (None: it does not apply, or is over);
+        `shown`: the status.progress this pass leaves."""
+        timeout = startup_timeout(policy, shown)
         if timeout is None:
             return None
         nodes = (worker_job.get("spec") or {}).get("parallelism")
-        started = self.workers_started(job, worker_job, nodes) if isinstance(nodes, int) else None
-        shown = p.status.progress
+        started = workers_started(pods, nodes) if isinstance(nodes, int) else None
         stepped_at = shown.update_time if shown is not None and shown.step is not None else None
-        return starting(ranks, nodes or 0, timeout, p.now, started, stepped_at)
+        return starting(ranks, nodes or 0, timeout, now, started, stepped_at)
 
-    def publish(self, key: str, desired: Progress | None, p: st.StatusUpdate, final: bool = False) -> bool:
-        """Set `desired` unless it is stored already or (unless `final`) the last one was set less
-        than a period ago (then a timer); True when the status shows `desired`."""
-        if desired is None or desired == p.status.progress:
-            return desired is not None
+    def publish(
+        self, key: str, desired: Progress | None, shown: Progress | None, now: datetime, final: bool = False
+    ) -> Decision:
+        """Set `desired` unless the status shows it already (`shown`) or (unless `final`) the last
+        one was set less than a period ago (then a timer)."""
+        if desired is None or desired == shown:
+            return PROCEED
         with self._lock:
             last = self._published.get(key)
-            wait = 0.0 if last is None or final else self.period - (p.now - last).total_seconds()
+            wait = 0.0 if last is None or final else self.period - (now - last).total_seconds()
             if wait > 0:
-                p.timer(wait)
-                return False
-            self._published[key] = p.now
-        p.set(progress=desired)
-        return True
-
-    def newest_start(self, job: TorchrunJob, worker_job: Obj) -> datetime | None:
-        """When the newest live pod of `worker_job` started (None: none has, or no cache)."""
-        if self.pods is None:
-            return None
-        starts = [
-            parse_time(start)
-            for pod in self.pods.list(job.namespace, {JOB_LABEL: job.name})
-            if is_controlled_by(pod, worker_job["metadata"]["uid"])
-            and not pod["metadata"].get("deletionTimestamp")
-            and (start := (pod.get("status") or {}).get("startTime"))
-        ]
-        return max(starts, default=None)
-
-    def workers_started(self, job: TorchrunJob, worker_job: Obj, nodes: int) -> datetime | None:
-        """When the last of `worker_job`'s `nodes` ranks started its training container: the
-        newest start of the live pods' running ones, once every rank 0..nodes-1 has one (None
-        before that, or with no cache)."""
-        if self.pods is None or nodes < 1:
-            return None
-        starts: dict[str, datetime] = {}
-        for pod in self.pods.list(job.namespace, {JOB_LABEL: job.name}):
-            rank = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
-            start = training_start(pod)
-            if (
-                is_controlled_by(pod, worker_job["metadata"]["uid"])
-                and not pod["metadata"].get("deletionTimestamp")
-                and rank is not None
-                and start is not None
-            ):
-                starts[rank] = max(start, starts.get(rank, start))
-        ranks = [starts.get(str(rank)) for rank in range(nodes)]
-        return None if None in ranks else max(r for r in ranks if r is not None)
+                return Decision(requeue_after=wait)
+            self._published[key] = now
+        return Decision(changes={"progress": desired})
 
     def forget(self, key: str) -> None:
         """The job is gone: its reports and publication time go."""
@@ -226,6 +214,32 @@ class ProgressStep:
             self._published.pop(key, None)
         if self.store is not None:
             self.store.forget(key)
+
+
+def newest_start(pods: Sequence[Obj]) -> datetime | None:
+    """When the newest live one of the attempt's `pods` started (None: none has)."""
+    starts = [
+        parse_time(start)
+        for pod in pods
+        if not pod["metadata"].get("deletionTimestamp")
+        and (start := (pod.get("status") or {}).get("startTime"))
+    ]
+    return max(starts, default=None)
+
+
+def workers_started(pods: Sequence[Obj], nodes: int) -> datetime | None:
+    """When the last of the attempt's `nodes` ranks started its training container: the newest
+    start of the live `pods`' running ones, once every rank 0..nodes-1 has one (None before)."""
+    if nodes < 1:
+        return None
+    starts: dict[str, datetime] = {}
+    for pod in pods:
+        rank = (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
+        start = training_start(pod)
+        if not pod["metadata"].get("deletionTimestamp") and rank is not None and start is not None:
+            starts[rank] = max(start, starts.get(rank, start))
+    ranks = [starts.get(str(rank)) for rank in range(nodes)]
+    return None if None in ranks else max(r for r in ranks if r is not None)
 
 
 def training_start(pod: Obj) -> datetime | None:
@@ -255,12 +269,13 @@ def known_to_report(shown: Progress | None) -> bool:
     return shown is not None and shown.step is not None
 
 
-def show_newest_checkpoint(saved: SavedAt, p: st.StatusUpdate) -> None:
+def show_newest_checkpoint(saved: SavedAt, status: TorchrunJobStatus) -> Decision:
     """`status.checkpoint.newest` says `saved` (to the second, as the API keeps times)."""
-    current = p.status.checkpoint or CheckpointStatus(attempt=p.status.restarts)
+    current = status.checkpoint or CheckpointStatus(attempt=status.restarts)
     newest = NewestCheckpoint(saved.name, saved.step, saved.time.replace(microsecond=0))
-    if current.newest != newest:
-        p.set(checkpoint=dataclasses.replace(current, newest=newest))
+    if current.newest == newest:
+        return PROCEED
+    return Decision(changes={"checkpoint": dataclasses.replace(current, newest=newest)})
 
 
 def reporting_message(progress: Progress | None) -> str:

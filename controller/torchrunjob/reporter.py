@@ -7,15 +7,15 @@ it differs from the stored one, and says whether it did (a 409 is retried with b
 `RetriableFailure` Warning when that count grew, and `ResumedFromCheckpoint` /
 `CheckpointProblem` when `status.checkpoint` says so (`checkpoints.checkpoint_events`). Nothing
 is recorded when nothing was written.
-`reloaded` is the Normal Event of a hot reload, `deprecated_field` the Warning about the seed's
-`volumes.workspace` spelling.
+`deprecated_field` is the Warning about the seed's `volumes.workspace` spelling (a hot reload's
+Event is `reload.py`'s).
 """
 
 from __future__ import annotations
 
 import structlog
 
-from controller.api import TorchrunJob, TorchrunJobStatus, to_json
+from controller.api import TorchrunJob, to_json
 from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
 from controller.meta import Obj
@@ -53,14 +53,6 @@ class StatusReporter:
             self.recorder.event(raw, WARNING if cp.warning else NORMAL, cp.reason, cp.message)
         log.info("status", key=update.job.key, phase=final.phase.value, restarts=final.restarts)
         return True
-
-    def reloaded(self, raw: Obj, status: TorchrunJobStatus, evicted: int) -> None:
-        """Hot reload: `evicted` workers restart onto the generation in use."""
-        message = (
-            f"workspace generation {status.workspace_generation} synced: restarting {evicted} worker "
-            "pod(s) onto it together (the Job, PVCs and Service stay)"
-        )
-        self.recorder.event(raw, NORMAL, Reason.WORKSPACE_RELOADED, message)
 
     def deprecated_field(self, raw: Obj, job: TorchrunJob) -> None:
         source = job.spec.workspace.source.value

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from controller.api import (
     Condition,
@@ -32,7 +32,7 @@ from controller.meta import controller_of
 from controller.pods import is_live, is_ready
 from controller.progress.eta import while_running
 from controller.torchrunjob.manifests.worker import CONTAINER
-from controller.torchrunjob.steps import Observed, Wait
+from controller.torchrunjob.steps import Decision, Observed
 
 # Job failure reasons that come from a FailJob rule of our podFailurePolicy: permanent exit codes
 PERMANENT_FAILURE_REASONS = frozenset({"PodFailurePolicy"})
@@ -173,21 +173,6 @@ def transition_events(old: Sequence[Condition], new: Sequence[Condition]) -> lis
     return list(events.values())
 
 
-class SyncedWorkspace(Protocol):
-    """What `workspace.WorkspaceState` tells the status once the workers may run."""
-
-    @property
-    def reason(self) -> str: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def generation(self) -> int | None: ...
-    @property
-    def sha256(self) -> str | None: ...
-    @property
-    def synced_at(self) -> datetime | None: ...
-
-
 class StatusUpdate:
     """The status one reconcile is building: conditions set so far, and the timers it asks for.
 
@@ -226,25 +211,13 @@ class StatusUpdate:
         if seconds is not None:
             self.timers.append(seconds)
 
-    def waits(self, step: object) -> bool:
-        """Record `step` if it is a `Wait` (its condition, timer, retry); True when it was."""
-        if not isinstance(step, Wait):
-            return False
-        if step.condition is not None:
-            self.record(step.condition)
-        self.timer(step.requeue_after)
-        self.requeue = self.requeue or step.retry
-        return True
-
-    def workspace_ready(self, state: SyncedWorkspace) -> None:
-        """`WorkspaceReady=True` as `state` says, with the generation in use when it names one."""
-        self.cond(JobConditionType.WORKSPACE_READY, True, state.reason, state.message)
-        if state.generation is not None:
-            self.set(
-                workspace_generation=state.generation,
-                workspace_sha256=state.sha256,
-                workspace_sync_time=state.synced_at,
-            )
+    def decided(self, decision: Decision) -> None:
+        """Record what a step decided (`steps.py`): its conditions, changes, timer and retry."""
+        self.record(*decision.conditions)
+        if decision.changes:
+            self.set(**decision.changes)
+        self.timer(decision.requeue_after)
+        self.requeue = self.requeue or decision.retry
 
     def set(self, **changes: Any) -> None:
         self.status = dataclasses.replace(self.status, **changes)

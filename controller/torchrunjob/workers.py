@@ -1,23 +1,24 @@
 """Workers: the worker Job of the job's current attempt exists, at its size, and is read back.
 
 What `Workers.ensure` guarantees (a step, `steps.py`), through `Children` (a same-named Job the
-job does not control is a `Wait` with `Admitted=False NameConflict`, never touched):
+job does not control is a `wait` with `Admitted=False NameConflict`, never touched):
 - a worker Job of an earlier whole-job restart (its restart annotation differs) is deleted first:
-  `Wait` with `Running=False Restarting`; its deletion event brings the job back to create the
+  `wait` with `Running=False Restarting`; its deletion event brings the job back to create the
   next one;
 - no worker Job is created before the rendezvous' managed etcd is Ready (`Running=False` with
   the etcd's reason meanwhile); one that exists is not held back by an etcd being replaced;
 - the Job is created as `manifests/worker.py` builds it, whole: an elastic job at the size the
   autoscaler chose (`elastic.desired_nodes`), the workspace generation in use, suspended when
   the job is or its scheduler admits by unsuspending (Kueue) — and only once the namespace would
-  admit its pods (`pod_admission.py`: one server-side dry run per attempt); until then a `Wait`
+  admit its pods (`pod_admission.py`: one server-side dry run per attempt); until then a `wait`
   with `Admitted=False PodsForbidden` saying why, looked at again after `pod_admission.RECHECK`;
 - an existing Job follows the job's `suspend` (only towards true on Kueue: unsuspending is
   Kueue's) and an elastic job's size (`ElasticSize.resize`);
 - the answer is `Proceed(Attempt)`: the Job as cached or created, the topology at its size, and
   what its rank 0's `prepare` container reported about checkpoints (`checkpoints.py`).
-`Attempt.pods` are the cached pods the worker Job controls: a pass counts the workers, their
-retriable failures and the scheduler's words for them from these, listed once.
+`Attempt.pods` are the cached pods the worker Job controls, listed once per pass: the pass counts
+the workers, their retriable failures and the scheduler's words for them from these, and the
+progress step (`progress.py`) and hot reload (`reload.py`) read them too.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from controller.torchrunjob.manifests.scheduling import creates_suspended
 from controller.torchrunjob.manifests.storage import DEFAULT_SYNC_IMAGE
 from controller.torchrunjob.manifests.worker import build_worker_job
 from controller.torchrunjob.pod_admission import PodAdmission
-from controller.torchrunjob.steps import Observed, Proceed, Step, Wait
+from controller.torchrunjob.steps import Observed, Proceed, Step, wait
 from controller.torchrunjob.updater import JobUpdater
 
 
@@ -113,16 +114,16 @@ class Workers:
         ):
             self.children.delete(JOBS, job)
             message = f"restart {restart}: waiting for the previous workers to stop"
-            return Wait(Observed(JobConditionType.RUNNING, False, Reason.RESTARTING, message))
+            return wait(Observed(JobConditionType.RUNNING, False, Reason.RESTARTING, message))
         if existing is None and not etcd.ready:
-            return Wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
+            return wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
         size = desired_nodes(job, admission.topology)
         manifest = None if existing is not None else self.manifest(job, admission, status, size)
         if manifest is not None:
             refused = self.pod_admission.check(job, admission.queue, manifest, updater)
             if refused is not None:
                 condition = Observed(JobConditionType.ADMITTED, False, Reason.PODS_FORBIDDEN, refused.message)
-                return Wait(condition, requeue_after=self.pod_admission.retry_in(refused))
+                return wait(condition, requeue_after=self.pod_admission.retry_in(refused))
         got = self.children.ensure_built(
             JOBS, job, job.name, lambda: manifest or self.manifest(job, admission, status, size)
         )

@@ -127,7 +127,7 @@ def test_the_status_shows_the_newest_beside_what_the_attempt_resumed_from() -> N
         seconds_since_change=0, now=NOW, saved=Saved("step-20", 20, 35.000005),
     )  # fmt: skip
     p = st.StatusUpdate(j, NOW)
-    step.observe(j, queue(), {"metadata": {"uid": "w-1"}}, p)
+    p.decided(step.observe(j, queue(), {"metadata": {"uid": "w-1"}}, (), p.status, p.now).decision)
     checkpoint = p.status.checkpoint
     assert checkpoint is not None
     assert checkpoint.newest == NewestCheckpoint("step-20", 20, NOW - timedelta(seconds=36))
@@ -136,7 +136,11 @@ def test_the_status_shows_the_newest_beside_what_the_attempt_resumed_from() -> N
     assert "Checkpoint: newest step-20 (step 20, saved 40s ago); attempt 0 started from scratch" in page
     # the same save told again writes nothing
     again = st.StatusUpdate(dataclasses.replace(j, status=p.final()), NOW + timedelta(seconds=31))
-    show_newest_checkpoint(SavedAt("step-20", 20, NOW - timedelta(seconds=35, microseconds=5)), again)
+    again.decided(
+        show_newest_checkpoint(
+            SavedAt("step-20", 20, NOW - timedelta(seconds=35, microseconds=5)), again.status
+        )
+    )
     assert again.status.checkpoint == checkpoint
 
 

@@ -16,6 +16,7 @@ from controller.api import ConditionStatus, TorchrunJob, find_condition, format_
 from controller.api import JobConditionType as C
 from controller.api.progress import Progress
 from controller.cache import Indexer, Lister
+from controller.meta import is_controlled_by
 from controller.progress.record import Record
 from controller.progress.store import JobView, ProgressStore
 from controller.torchrunjob import lifecycle
@@ -52,14 +53,20 @@ class Passes:
         self, j: TorchrunJob, period: float = 30, pods: Lister | None = None, **queue_spec: Any
     ) -> None:
         self.store = ProgressStore()
-        self.step = ProgressStep(ProgressSettings(self.store, period), pods)
+        self.step = ProgressStep(ProgressSettings(self.store, period))
+        self.pods = pods
         self.job, self.queue = j, queue(**queue_spec)
         self.outcome: st.Outcome | None = None
         self.worker: dict[str, Any] = WORKER
 
-    def run(self, now: float) -> st.StatusUpdate:
+    def run(self, now: float, final: bool = False) -> st.StatusUpdate:
+        """A pass at `now`, over the attempt's pods as `workers.py` lists them (the worker Job's)."""
         p = st.StatusUpdate(self.job, at(now))
-        self.outcome = self.step.observe(self.job, self.queue, self.worker, p)
+        cached = self.pods.list("ns", {"torchrun-job-name": "j"}) if self.pods is not None else []
+        pods = tuple(pod for pod in cached if is_controlled_by(pod, self.worker["metadata"]["uid"]))
+        answer = self.step.observe(self.job, self.queue, self.worker, pods, p.status, p.now, final)
+        p.decided(answer.decision)
+        self.outcome = answer.value
         self.job = dataclasses.replace(self.job, status=p.final())
         return p
 
@@ -89,7 +96,7 @@ def test_progress_changes_at_most_once_per_period() -> None:
     push(passes.store, 2, 10)
     p = passes.run(10)
     assert p.status.progress is not None and p.status.progress.step == 1  # held back
-    assert p.timers == [20.0, 96.0]  # comes back when the period is over (and when reports would be lost)
+    assert p.timers == [20.0]  # comes back when the period is over (the step's one timer: the sooner)
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and cond.message == "step 1 of 100 reported by rank 0"  # unchanged too
     p = passes.run(30)
@@ -102,11 +109,11 @@ def test_the_last_record_of_an_ended_attempt_is_shown_at_once_and_nothing_stalls
     push(passes.store, 1, 0)
     passes.run(0)
     push(passes.store, 100, 5)
-    p = st.StatusUpdate(passes.job, at(10))  # within the period: held back, but the workers ended
-    assert passes.step.observe(passes.job, passes.queue, WORKER, p, final=True) is None
+    p = passes.run(10, final=True)  # within the period: held back, but the workers ended
+    assert passes.outcome is None
     assert p.status.progress is not None and p.status.progress.step == 100 and p.timers == []
-    p = st.StatusUpdate(passes.job, at(500))  # long silent since: an ended attempt never stalls
-    assert passes.step.observe(passes.job, passes.queue, WORKER, p, final=True) is None
+    p = passes.run(500, final=True)  # long silent since: an ended attempt never stalls
+    assert passes.outcome is None
     cond = find_condition(p.status.conditions, C.PROGRESSING)
     assert cond is not None and cond.status is ConditionStatus.TRUE
 

@@ -15,8 +15,9 @@ from controller.cache.store import Indexer
 from controller.meta import Resource
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.errors import ApiError
-from controller.rest.resources import SERVICES
+from controller.rest.resources import EVENTS, SERVICES
 from controller.runtime import Result
+from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import TorchrunJobReconciler
 from controller.torchrunjob.podgroups import PodGroups
 
@@ -130,3 +131,69 @@ def test_a_name_taken_by_a_foreign_object_is_a_condition_naming_it_and_a_backed_
     (admitted,) = [c for c in status["conditions"] if c["type"] == "Admitted"]
     assert "Service ns/j already exists and is not controlled by this TorchrunJob" in admitted["message"]
     assert ("Warning", "NameConflict") in recorder.events
+
+
+def test_a_job_deleted_mid_pass_during_a_hot_reload_still_gets_its_reload_event() -> None:
+    """Generation 2 is in use and the worker pods were made before it synced: the pass evicts
+    them (hot reload), and the job's delete lands in the cache while it does. The reload's Event
+    is about the job as the pass read it: the real `EventRecorder` gets the job, not `{}`."""
+    owned = [{"apiVersion": "torchrun.ai/v1alpha1", "kind": "TorchrunJob", "name": "j", "uid": "u-1",
+              "controller": True}]  # fmt: skip
+    reloading = {
+        **JOB,
+        "spec": {**JOB["spec"], "workspace": {"source": "upload", "generation": 2}},
+        "status": {"workspaceGeneration": 2, "workspaceSyncTime": "2026-11-25T01:00:00Z"},
+    }
+    claim = {"metadata": {"name": "j-workspace", "namespace": "ns", "uid": "c-1", "ownerReferences": owned}}
+    worker_job = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "w-1", "ownerReferences": owned,
+                     "annotations": {"torchrun.ai/restart": "0", "torchrun.ai/workspace-generation": "1"}},
+        "spec": {"parallelism": 2},
+    }  # fmt: skip
+    ready = [{"type": "Ready", "status": "True"}]
+    pods = [
+        {"metadata": {"name": f"j-{rank}", "namespace": "ns", "uid": f"p-{rank}",
+                      "labels": {"torchrun-job-name": "j"}, "creationTimestamp": "2026-11-25T00:00:00Z",
+                      "ownerReferences": [{"kind": "Job", "name": "j", "uid": "w-1", "controller": True}]},
+         "status": {"phase": "Running", "conditions": ready}}
+        for rank in (0, 1)
+    ]  # fmt: skip
+    jobs = Indexer()
+    jobs.add(freeze(reloading))
+
+    class Evicting(Client):
+        def __init__(self) -> None:
+            super().__init__()
+            self.evicted: list[str] = []
+            self.events: list[dict[str, Any]] = []
+
+        def evict(self, _resource: Resource, name: str, *_: Any, **__: Any) -> None:
+            self.evicted.append(name)
+            jobs.delete(freeze(reloading))  # the job's delete event lands while the pass works
+
+        def create(self, resource: Resource, obj: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
+            if resource == EVENTS:
+                self.events.append(obj)
+            return super().create(resource, obj)
+
+    client = Evicting()
+    recorder = EventRecorder(client)  # type: ignore[arg-type]
+    try:
+        TorchrunJobReconciler(
+            client,  # type: ignore[arg-type]
+            jobs=Lister(jobs),
+            queues=lister(READY_QUEUE),
+            worker_jobs=lister(worker_job),
+            services=lister(),
+            pods=lister(*pods),
+            claims=lister(claim),
+            recorder=recorder,
+            pod_groups=PodGroups(client, informers=None),  # type: ignore[arg-type]
+        ).reconcile("ns/j")
+        recorder.flush()
+    finally:
+        recorder.shutdown()
+    assert sorted(client.evicted) == ["j-0", "j-1"]
+    (event,) = [e for e in client.events if e["reason"] == "WorkspaceReloaded"]
+    assert (event["involvedObject"]["name"], event["involvedObject"]["uid"]) == ("j", "u-1")
+    assert event["message"].startswith("workspace generation 2 synced: restarting 2 worker pod(s)")
