@@ -82,16 +82,38 @@ def test_a_renamed_layer_fails_the_run_instead_of_dropping_out(tree: Path) -> No
     assert result.returncode != 0, result.stdout
 
 
-def test_every_module_and_package_of_the_controller_has_a_floor() -> None:
-    """A new top-level module or package outside the layers would be bound by no contract."""
+def layer_names(contract: str) -> set[str]:
+    """The modules a layers contract of .importlinter names, as written."""
     config = configparser.ConfigParser()
     config.read(REPO / ".importlinter")
-    named = {
-        name.strip()
-        for line in config["importlinter:contract:layers"]["layers"].splitlines()
-        for name in line.split("|")
-        if name.strip()
-    }
-    package = REPO / "controller"
-    present = {f"controller.{m.name}" for m in pkgutil.iter_modules([str(package)]) if m.name != "__main__"}
-    assert named == present
+    lines = config[f"importlinter:contract:{contract}"]["layers"].splitlines()
+    return {name.strip() for line in lines for name in line.replace(":", "|").split("|") if name.strip()}
+
+
+def children_of(package: Path) -> set[str]:
+    return {m.name for m in pkgutil.iter_modules([str(package)]) if m.name != "__main__"}
+
+
+def test_every_module_and_package_of_the_controller_has_a_floor() -> None:
+    """A new top-level module or package outside the layers would be bound by no contract."""
+    assert layer_names("layers") == {f"controller.{name}" for name in children_of(REPO / "controller")}
+
+
+def test_every_module_of_the_job_controller_has_a_floor() -> None:
+    assert layer_names("torchrunjob") == children_of(REPO / "controller" / "torchrunjob")
+
+
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("manifests/worker.py", "controller.torchrunjob.status"),
+        ("status.py", "controller.torchrunjob.workers"),
+    ],
+)
+def test_a_job_controller_module_importing_a_floor_above_breaks_a_contract(
+    tree: Path, module: str, imported: str
+) -> None:
+    plant(tree / "controller" / "torchrunjob" / module, f"import {imported}  # noqa")
+    result = lint(tree)
+    assert result.returncode != 0
+    assert any("job controller's floors" in name for name in broken(result)), result.stdout
