@@ -114,7 +114,7 @@ class TorchrunJobReconciler:
         workers = WorkerSettings(opts.sync_image, opts.cluster_domain, opts.progress.reporter)
         self.workers = Workers(client, self.children, pods, workers)
         self.pod_groups = pod_groups
-        self.start_evidence = StartEvidence(client, pod_groups)
+        self.start_evidence = StartEvidence(client, pod_groups.kueue)
         self.actions = Actions(client, self.children, self.etcd, self.claims, self.generations)
         self.reporter = StatusReporter(client, recorder)
         self.progress = ProgressStep(opts.progress)

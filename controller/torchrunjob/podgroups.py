@@ -1,4 +1,4 @@
-"""A job's gang: the PodGroup its scheduler reads, and Kueue's admission switch (SPEC §5).
+"""A job's gang: the PodGroup its scheduler reads (SPEC §5); for Kueue, its admission switch.
 
 What `PodGroups.ensure(job, queue, topo)` guarantees, called before the worker Job is made:
 
@@ -22,27 +22,16 @@ What `PodGroups.ensure(job, queue, topo)` guarantees, called before the worker J
   same fact into `Ready=False`, which then holds the job back with `QueueNotReady`.
 
 Reads come from caches, never from the API on a pass (SPEC §7): PodGroups from an informer per
-kind narrowed by the `torchrun-job-name` label, Kueue Workloads (Kueue's, unlabelled by us) from
-an unselected informer in the watched namespace — both `OptionalInformers`, started only once
-discovery shows the kind is served (the CRDs may come after the controller). A PodGroup missing
+kind narrowed by the `torchrun-job-name` label (`OptionalInformers`: started only once
+discovery shows the kind is served; the CRDs may come after the controller). A PodGroup missing
 from the cache is created through `Children` (the job controller's one create-or-adopt path): if
 the API answers AlreadyExists (the cache lags our own create, or the PodGroup is someone else's
 and lacks our label) it is read once, fresh, and handled as above.
 PodGroup events enqueue the job that controls them (`wiring.py`), so drift and the earlier job's
 PodGroup going away are noticed without polling.
 
-Kueue and suspend. Kueue admits a Job by unsuspending it and, while its Workload stays admitted,
-unsuspends it again whenever it finds it suspended; so setting `Job.spec.suspend` alone would
-fight Kueue over the field. Kueue's own switch for "stop and do not readmit" is the Workload's
-`spec.active`. So the controller writes `Job.spec.suspend` only towards true (the worker Job is
-created suspended and a user's suspend sets it; `creates_suspended` keeps the job reconciler from
-ever unsuspending a Kueue Job), and mirrors the TorchrunJob's `spec.suspend` into the Workload's
-`spec.active` (found by Kueue's `kueue.x-k8s.io/job-uid` label). Suspend: the Workload is
-deactivated, Kueue evicts it and keeps the Job suspended, the pods go, quota is released.
-Resume: the Workload is reactivated and Kueue readmits and unsuspends the Job when quota allows.
-Unsuspending stays Kueue's alone. The Workload is looked up (in the cache) only while either side
-is suspended, so a running job costs nothing here; a Workload appearing enqueues its job (Kueue
-makes it after the Job, and the cache may get it after the pass that looked).
+A Kueue queue's jobs have no PodGroup: `ensure` mirrors the job's suspend into its Kueue
+Workload instead (`kueue.py`).
 """
 
 from __future__ import annotations
@@ -53,19 +42,13 @@ import structlog
 
 from controller.api import JOB_LABEL, JobConditionType, JobTopology, Scheduler, TorchrunJob, TorchrunQueue
 from controller.api.reasons import Reason
-from controller.cache import Lister, OptionalInformers
-from controller.meta import Obj, Resource, is_controlled_by
+from controller.cache import OptionalInformers
+from controller.meta import Resource
 from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.torchrunjob.children import Children
-from controller.torchrunjob.manifests.podgroup import (
-    KUEUE_JOB_UID_LABEL,
-    KUEUE_WORKLOADS,
-    build_pod_group,
-    drift,
-    workload_active_patch,
-)
-from controller.torchrunjob.starting import kueue_hold
+from controller.torchrunjob.kueue import KueueWorkloads
+from controller.torchrunjob.manifests.podgroup import build_pod_group, drift
 from controller.torchrunjob.steps import Decision, Observed, Proceed, Step, wait
 
 log = structlog.get_logger("podgroups")
@@ -75,19 +58,17 @@ MISSING_API_RETRY = 30.0
 class PodGroups:
     """Makes a job's scheduler objects exist as the builders above describe (see module doc)."""
 
-    def __init__(
-        self, client: RESTClient, *, informers: OptionalInformers, worker_jobs: Lister | None = None
-    ) -> None:
+    def __init__(self, client: RESTClient, *, informers: OptionalInformers, kueue: KueueWorkloads) -> None:
         self.client = client
         self.informers = informers
-        self.worker_jobs = worker_jobs
+        self.kueue = kueue
 
     def ensure(self, job: TorchrunJob, queue: TorchrunQueue, topo: JobTopology) -> Step[None]:
         built = build_pod_group(job, queue, topo)
         if built is not None:
             return self._ensure_pod_group(job, *built)
         if queue.spec.scheduling.scheduler == Scheduler.KUEUE:
-            self._follow_suspend(job)
+            self.kueue.follow_suspend(job)
         return Proceed(None)
 
     # -- PodGroups --------------------------------------------------------------------------
@@ -110,38 +91,6 @@ class PodGroups:
             self.client.patch(resource, name, patch, job.namespace)
             log.info("pod group updated", key=job.key, resource=resource.key, patch=patch)
         return Proceed(None)
-
-    # -- Kueue ------------------------------------------------------------------------------
-
-    def _follow_suspend(self, job: TorchrunJob) -> None:
-        worker = self.worker_jobs.get(job.name, job.namespace) if self.worker_jobs else None
-        if worker is None or not is_controlled_by(worker, job.metadata.uid):
-            return
-        if not job.spec.suspend and not (worker.get("spec") or {}).get("suspend"):
-            return  # admitted and running: nothing to mirror
-        for workload in self._workloads_of(job, worker["metadata"]["uid"]):
-            patch = workload_active_patch(workload, job.spec.suspend)
-            if patch is None:
-                continue
-            name = workload["metadata"]["name"]
-            self.client.patch(KUEUE_WORKLOADS, name, patch, job.namespace)
-            log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
-
-    def kueue_hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
-        """Why Kueue holds the worker Job back, while it does: a Kueue queue's Job suspended
-        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits)."""
-        if queue.spec.scheduling.scheduler != Scheduler.KUEUE or job.spec.suspend:
-            return None
-        if not (worker.get("spec") or {}).get("suspend"):
-            return None
-        said = kueue_hold(self._workloads_of(job, worker["metadata"]["uid"]))
-        return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
-
-    def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Obj]:
-        cache = self.informers.lister(KUEUE_WORKLOADS)
-        if cache is None:  # Kueue is not installed; the queue is not Ready then anyway
-            return []
-        return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
 
 
 def _not_served(resource: Resource) -> Decision:

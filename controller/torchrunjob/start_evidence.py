@@ -2,7 +2,7 @@
 
 The pods' own words (scheduler, kubelet container states) come from the cache, and their changes
 bring the job back at once: a pod that shows an error is quoted at the next status write. Kueue's
-words come from the Workload cache (`PodGroups.kueue_hold`). Two facts live only in Events, which
+words come from the Workload cache (`KueueWorkloads.hold`). Two facts live only in Events, which
 no informer of ours watches (a namespace can write any number of them): the worker Job's
 `FailedCreate` and a placed pod's `FailedMount`. They are listed — by field selector, the
 involved object's UID and the reason, a handful of items each — only when nothing earlier in
@@ -29,7 +29,7 @@ from controller.rest.client import RESTClient
 from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS
 from controller.torchrunjob import starting
-from controller.torchrunjob.podgroups import PodGroups
+from controller.torchrunjob.kueue import KueueWorkloads
 from controller.torchrunjob.updater import JobUpdater
 from controller.torchrunjob.workers import Attempt
 
@@ -44,9 +44,9 @@ EVENTS_PER_LIST = 5
 class StartEvidence:
     """Gathers `starting.Evidence` for a live attempt whose workers are not all running."""
 
-    def __init__(self, client: RESTClient, podgroups: PodGroups) -> None:
+    def __init__(self, client: RESTClient, kueue: KueueWorkloads) -> None:
         self.client = client
-        self.podgroups = podgroups
+        self.kueue = kueue
 
     def gather(
         self, job: TorchrunJob, attempt: Attempt, updater: JobUpdater, now: datetime
@@ -54,7 +54,7 @@ class StartEvidence:
         """The evidence, and the seconds after which Events should be read again (None: the
         cache's changes will bring the job back)."""
         pods, worker = attempt.pods, attempt.job
-        kueue = self.podgroups.kueue_hold(job, attempt.queue, worker)
+        kueue = self.kueue.hold(job, attempt.queue, worker)
         unschedulable = pods_unschedulable(pods)
         evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
         if kueue or unschedulable:

@@ -47,6 +47,7 @@ from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import Options, TorchrunJobReconciler
+from controller.torchrunjob.kueue import KueueWorkloads
 from controller.torchrunjob.manifests.podgroup import KUEUE_WORKLOADS, POD_GROUP_RESOURCES
 from controller.torchrunjob.podgroups import PodGroups
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
@@ -95,7 +96,11 @@ def new_controller(
         pods=owned[PODS],
         claims=owned[PVCS],
         recorder=recorder,
-        pod_groups=PodGroups(client, informers=informers, worker_jobs=owned[JOBS]),
+        pod_groups=PodGroups(
+            client,
+            informers=informers,
+            kueue=KueueWorkloads(client, informers=informers, worker_jobs=owned[JOBS]),
+        ),
         options=options,
         metrics=metrics,
     )

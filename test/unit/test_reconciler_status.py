@@ -19,6 +19,7 @@ from controller.rest.resources import EVENTS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import TorchrunJobReconciler
+from controller.torchrunjob.kueue import KueueWorkloads
 from controller.torchrunjob.podgroups import PodGroups
 
 READY_QUEUE = {
@@ -98,7 +99,7 @@ def reconciler(client: Client, recorder: Recorder, services: Lister | None = Non
         pods=empty,
         claims=empty,
         recorder=recorder,  # type: ignore[arg-type]
-        pod_groups=PodGroups(client, informers=None),  # type: ignore[arg-type]
+        pod_groups=PodGroups(client, informers=None, kueue=KueueWorkloads(client, informers=None)),  # type: ignore[arg-type]
     )
 
 
@@ -188,7 +189,7 @@ def test_a_job_deleted_mid_pass_during_a_hot_reload_still_gets_its_reload_event(
             pods=lister(*pods),
             claims=lister(claim),
             recorder=recorder,
-            pod_groups=PodGroups(client, informers=None),  # type: ignore[arg-type]
+            pod_groups=PodGroups(client, informers=None, kueue=KueueWorkloads(client, informers=None)),  # type: ignore[arg-type]
         ).reconcile("ns/j")
         recorder.flush()
     finally:

@@ -11,7 +11,7 @@ Every name below was checked against the scheduler's own source:
   pod-grouper rewrites `pod-group-name` to a group of its own, one per pod or one per Job with
   `minMember: 1` depending on the version — no gang either way.
 - kueue: label `kueue.x-k8s.io/queue-name` on the Job (Kueue's `QueueLabel`); the Job is created
-  suspended and Kueue admits it by unsuspending it (see `podgroups.py` for how a user's suspend
+  suspended and Kueue admits it by unsuspending it (see `kueue.py` for how a user's suspend
   and Kueue's admission stay out of each other's way).
 - coscheduling (scheduler-plugins): pods labelled `scheduling.x-k8s.io/pod-group` (its
   `PodGroupLabel`) and `schedulerName: scheduler-plugins-scheduler`, the name scheduler-plugins'

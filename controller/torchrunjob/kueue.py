@@ -1,0 +1,78 @@
+"""Kueue's admission switch: a job's suspend mirrored into its Kueue Workload (SPEC §5).
+
+Kueue admits a Job by unsuspending it and, while its Workload stays admitted, unsuspends it again
+whenever it finds it suspended; so setting `Job.spec.suspend` alone would fight Kueue over the
+field. Kueue's own switch for "stop and do not readmit" is the Workload's `spec.active`. So the
+controller writes `Job.spec.suspend` only towards true (the worker Job is created suspended and a
+user's suspend sets it; `creates_suspended` keeps the job reconciler from ever unsuspending a
+Kueue Job), and `KueueWorkloads.follow_suspend` mirrors the TorchrunJob's `spec.suspend` into the
+Workload's `spec.active` (found by Kueue's `kueue.x-k8s.io/job-uid` label). Suspend: the Workload
+is deactivated, Kueue evicts it and keeps the Job suspended, the pods go, quota is released.
+Resume: the Workload is reactivated and Kueue readmits and unsuspends the Job when quota allows.
+Unsuspending stays Kueue's alone. The Workload is looked up only while either side is suspended,
+so a running job costs nothing here; a Workload appearing enqueues its job (Kueue makes it after
+the Job, and the cache may get it after the pass that looked: `wiring.py`). `hold` quotes the
+Workload's own words for why Kueue holds the worker Job back (`starting.kueue_hold`).
+
+Reads come from caches, never from the API on a pass (SPEC §7): Kueue Workloads (Kueue's,
+unlabelled by us) from an unselected `OptionalInformers` informer in the watched namespace,
+started only once discovery shows the kind is served (Kueue may come after the controller).
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from controller.api import Scheduler, TorchrunJob, TorchrunQueue
+from controller.cache import Lister, OptionalInformers
+from controller.meta import Obj, is_controlled_by
+from controller.rest.client import RESTClient
+from controller.torchrunjob.manifests.podgroup import (
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_WORKLOADS,
+    workload_active_patch,
+)
+from controller.torchrunjob.starting import kueue_hold
+
+log = structlog.get_logger("podgroups")
+
+
+class KueueWorkloads:
+    """A job's Kueue Workloads, read from the cache, and the `spec.active` this side writes."""
+
+    def __init__(
+        self, client: RESTClient, *, informers: OptionalInformers, worker_jobs: Lister | None = None
+    ) -> None:
+        self.client = client
+        self.informers = informers
+        self.worker_jobs = worker_jobs
+
+    def follow_suspend(self, job: TorchrunJob) -> None:
+        worker = self.worker_jobs.get(job.name, job.namespace) if self.worker_jobs else None
+        if worker is None or not is_controlled_by(worker, job.metadata.uid):
+            return
+        if not job.spec.suspend and not (worker.get("spec") or {}).get("suspend"):
+            return  # admitted and running: nothing to mirror
+        for workload in self._workloads_of(job, worker["metadata"]["uid"]):
+            patch = workload_active_patch(workload, job.spec.suspend)
+            if patch is None:
+                continue
+            name = workload["metadata"]["name"]
+            self.client.patch(KUEUE_WORKLOADS, name, patch, job.namespace)
+            log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
+
+    def hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
+        """Why Kueue holds the worker Job back, while it does: a Kueue queue's Job suspended
+        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits)."""
+        if queue.spec.scheduling.scheduler != Scheduler.KUEUE or job.spec.suspend:
+            return None
+        if not (worker.get("spec") or {}).get("suspend"):
+            return None
+        said = kueue_hold(self._workloads_of(job, worker["metadata"]["uid"]))
+        return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
+
+    def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Obj]:
+        cache = self.informers.lister(KUEUE_WORKLOADS)
+        if cache is None:  # Kueue is not installed; the queue is not Ready then anyway
+            return []
+        return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
