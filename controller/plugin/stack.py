@@ -1,11 +1,11 @@
 """`kubectl torchrun stack NAME [--rank N]`: every rank's Python stack, through the reporter sidecar.
 
 For each running worker pod of the job (one rank's, with `--rank`), in rank order, it runs
-`python -m controller.progress.reporter stack` in the pod's `progress-reporter` sidecar over
-pods/exec: py-spy, in the sidecar that shares the pod's process namespace and holds
-`SYS_PTRACE`, dumps every training process, each line prefixed `[rank R pid P]`. One line when
-it cannot: the queue disables stack dumps (`debug.stackDumps: false`), no worker pod runs (or
-not that rank's), or the pod has no reporter (made before this version).
+`python -m controller.progress.sidecar.reporter stack` (`progress/sidecar/stack.py`) in the pod's
+`progress-reporter` sidecar over pods/exec: py-spy, in the sidecar that shares the pod's process
+namespace and holds `SYS_PTRACE`, dumps every training process, each line prefixed `[rank R pid
+P]`. One line when it cannot: the queue disables stack dumps (`debug.stackDumps: false`), no
+worker pod runs (or not that rank's), or the pod has no reporter (made before this version).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from controller.plugin.objects import JSON, get_job, get_queue, job_pods
 from controller.plugin.upload import run_command
 
 REPORTER = "progress-reporter"
-COMMAND = ["python", "-m", "controller.progress.reporter", "stack"]
+COMMAND = ["python", "-m", "controller.progress.sidecar.reporter", "stack"]
 TIMEOUT = 120.0
 
 

@@ -52,7 +52,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from controller.api import format_time
-from controller.progress.reporter import HEARTBEAT_SECONDS, MAX_BACKOFF, POLL_SECONDS, PUSH_MIN_SECONDS
+from controller.progress.sidecar.reporter import (
+    HEARTBEAT_SECONDS,
+    MAX_BACKOFF,
+    POLL_SECONDS,
+    PUSH_MIN_SECONDS,
+)
 
 # a reporter's heartbeat comes HEARTBEAT_SECONDS after the earliest next push (PUSH_MIN_SECONDS after
 # the last accepted one), seen at its next poll

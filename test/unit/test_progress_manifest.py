@@ -26,7 +26,7 @@ def test_every_worker_pod_gets_the_reporter_as_a_native_sidecar() -> None:
     reporter = sidecar(pod)
     assert pod["initContainers"][-1] is not None and pod["initContainers"][-1]["name"] == "progress-reporter"
     assert reporter["restartPolicy"] == "Always" and reporter["image"] == "ctl:1"
-    assert reporter["command"] == ["python", "-m", "controller.progress.reporter"]
+    assert reporter["command"] == ["python", "-m", "controller.progress.sidecar.reporter"]
     assert "shareProcessNamespace" not in pod  # only with stack dumps (below)
     env = {e["name"]: e["value"] for e in reporter["env"]}
     assert env["TORCHRUN_PROGRESS_FILE"] == "/var/run/torchrun-progress/progress.jsonl"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.progress.record import MAX_LINE_BYTES, MAX_METRICS, MAX_STEP, Record, parse_line, parse_object
-from controller.progress.tail import MAX_READ_BYTES, Tailer
+from controller.progress.sidecar.tail import MAX_READ_BYTES, Tailer
 
 
 def test_a_full_line_parses_into_known_fields_and_metrics() -> None:

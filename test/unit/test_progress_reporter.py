@@ -17,8 +17,9 @@ from typing import Any
 from testbed import wait_until
 
 from controller.progress.record import Record
-from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, https_sender, metric_lines, run
-from controller.progress.stack import python_processes
+from controller.progress.sidecar.reporter import HEARTBEAT_SECONDS, Pusher, https_sender, run
+from controller.progress.sidecar.server import Latest, metric_lines
+from controller.progress.sidecar.stack import python_processes
 from controller.progress.tls import ca_bundle, self_signed, server_context
 
 
@@ -120,8 +121,10 @@ def test_stack_dumps_every_python_process_but_the_reporter(tmp_path: Path) -> No
     fake_proc(tmp_path, 10, ["/usr/bin/python3", "/usr/bin/torchrun", "train.py"], {"PATH": "/bin"})
     fake_proc(tmp_path, 11, ["/usr/bin/python3", "-u", "train.py"], {"RANK": "2"}, ppid=10)
     fake_proc(tmp_path, 12, ["/bin/sh", "-c", "sleep 1"], {"RANK": "3"})
-    fake_proc(tmp_path, 18, ["python", "-m", "controller.progress.reporter"], {})  # the sidecar itself
-    fake_proc(tmp_path, 20, ["python", "-m", "controller.progress.reporter", "stack"], {})
+    fake_proc(
+        tmp_path, 18, ["python", "-m", "controller.progress.sidecar.reporter"], {}
+    )  # the sidecar itself
+    fake_proc(tmp_path, 20, ["python", "-m", "controller.progress.sidecar.reporter", "stack"], {})
     (tmp_path / "self").mkdir()
     assert python_processes(tmp_path, {20}) == [(10, "agent"), (11, "2")]
 

@@ -20,8 +20,9 @@ from testbed import wait_until
 from controller.api import CheckpointStatus, NewestCheckpoint, TorchrunJobStatus, to_json
 from controller.plugin.views import status_text
 from controller.progress.record import Record
-from controller.progress.reporter import HEARTBEAT_SECONDS, Latest, Pusher, run
 from controller.progress.saved import Saved, newest_saved, parse_saved
+from controller.progress.sidecar.reporter import HEARTBEAT_SECONDS, Pusher, run
+from controller.progress.sidecar.server import Latest
 from controller.progress.store import ProgressStore, SavedAt
 from controller.progress.tls import server_context
 from controller.torchrunjob import status as st

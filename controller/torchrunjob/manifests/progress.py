@@ -6,8 +6,8 @@
   program appends to; `torchrun_progress.report` does it);
 - the init container `progress-reporter` (`REPORTER_CONTAINER`) with `restartPolicy: Always` — a
   native sidecar: started before the torchrun container, stopped after it, never holding the
-  pod's completion — running `python -m controller.progress.reporter` from the sync image. It
-  tails the file (read-only mount), serves `/metrics` on port `METRICS_PORT` (named
+  pod's completion — running `python -m controller.progress.sidecar.reporter` from the sync
+  image. It tails the file (read-only mount), serves `/metrics` on port `METRICS_PORT` (named
   `progress`, what config/prometheus' PodMonitor scrapes), and, when the controller has
   an endpoint (`ReporterSettings.url`), POSTs the latest record there with the projected
   service-account token at `TOKEN_PATH` (audience `torchrun-controller`, 10 minutes, refreshed
@@ -43,7 +43,7 @@ TOKEN_PATH = f"{TOKEN_DIR}/token"
 AUDIENCE = "torchrun-controller"
 TOKEN_SECONDS = 600  # the shortest the API server allows
 METRICS_PORT = 9400
-REPORTER_COMMAND = ("python", "-m", "controller.progress.reporter")
+REPORTER_COMMAND = ("python", "-m", "controller.progress.sidecar.reporter")
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,24 @@
-"""The reporter sidecar: `python -m controller.progress.reporter [stack]`.
+"""The reporter sidecar: `python -m controller.progress.sidecar.reporter [stack]`.
 
 Run without arguments (the sidecar's command), it follows `TORCHRUN_PROGRESS_FILE` every
-`POLL_SECONDS` (`tail.Tailer`: bounded, never raising) and keeps the latest valid record and when
-a new one last appeared (a monotonic clock: what it sends is an age, so the controller's clock
-is the only one that matters). It serves that record on `TORCHRUN_REPORTER_ADDRESS` (`/metrics`,
-Prometheus text: `torchrun_training_step`, `torchrun_training_total_steps`,
-`torchrun_training_epoch`, `torchrun_training_samples_per_second`,
-`torchrun_training_seconds_since_change`, the user's numbers as `torchrun_training_metric{name}`,
-each labelled with the node `rank`) and, when `TORCHRUN_PROGRESS_URL` is set, POSTs it there
-(`Pusher`): after a change at most every `PUSH_MIN_SECONDS`, and every `HEARTBEAT_SECONDS` without
-one (so a new leader learns how long ranks have been silent) — node rank 0's with the newest
-complete checkpoint of the job's checkpoints volume, scanned at most every 30 s (`saved.py`;
-a save not accepted yet is pushed like a change) — with the projected token read
-again for every push (the kubelet rotates it). A 503 (a standby, or a leader still syncing) or a
-connection error is retried with doubling backoff up to `MAX_BACKOFF`; a refusal (401/403) is
-logged and retried at the heartbeat. On SIGTERM (the training container ended and the kubelet
-stops the sidecar) it reads the file once more and pushes what was not accepted yet, retrying for
-up to `FLUSH_SECONDS` while a standby answers 503 or nobody answers, so the controller sees the
-last step. It never exits on its own: a broken reporter must not take the
-pod down.
+`POLL_SECONDS` (`tail.Tailer`: bounded, never raising) and keeps the latest valid record and when a
+new one last appeared (`server.Latest`; a monotonic clock: what it sends is an age, so the
+controller's clock is the only one that matters). It serves that record on
+`TORCHRUN_REPORTER_ADDRESS` (`/metrics`, Prometheus text: `server.py`) and, when
+`TORCHRUN_PROGRESS_URL` is set, POSTs it there (`Pusher`): after a change at most every
+`PUSH_MIN_SECONDS`, and every `HEARTBEAT_SECONDS` without one (so a new leader learns how long
+ranks have been silent) — node rank 0's with the newest complete checkpoint of the job's
+checkpoints volume, scanned at most every 30 s (`progress/saved.py`; a save not accepted yet is
+pushed like a change) — with the projected token read again for every push (the kubelet rotates
+it). A 503 (a standby, or a leader still syncing) or a connection error is retried with doubling
+backoff up to `MAX_BACKOFF`; a refusal (401/403) is logged and retried at the heartbeat. On SIGTERM
+(the training container ended and the kubelet stops the sidecar) it reads the file once more and
+pushes what was not accepted yet, retrying for up to `FLUSH_SECONDS` while a standby answers 503 or
+nobody answers, so the controller sees the last step. It never exits on its own: a broken reporter
+must not take the pod down.
 
-`stack` (run by `kubectl torchrun stack` through exec) prints a py-spy dump of every Python
-process of the pod but itself, each line prefixed `[rank R pid P]` (R the process's `RANK`,
+`stack` (run by `kubectl torchrun stack` through exec: `stack.py`) prints a py-spy dump of every
+Python process of the pod but itself, each line prefixed `[rank R pid P]` (R the process's `RANK`,
 `agent` for torchrun's own process).
 """
 
@@ -36,16 +33,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Callable
 from typing import Any
 
-from controller.httpserve import BoundedHTTPServer
-from controller.progress.record import Record
 from controller.progress.saved import SCAN_SECONDS, Saved, newest_saved
-from controller.progress.stack import dump_all
-from controller.progress.tail import Tailer
+from controller.progress.sidecar.server import Latest, serve_metrics
+from controller.progress.sidecar.stack import dump_all
+from controller.progress.sidecar.tail import Tailer
 
 POLL_SECONDS = 1.0
 PUSH_MIN_SECONDS = 2.0
@@ -54,24 +48,6 @@ MAX_BACKOFF = 30.0
 TIMEOUT = 10.0
 FLUSH_SECONDS = 20.0  # the final push's retries on SIGTERM: well inside the default 120 s grace
 FLUSH_FIRST_PAUSE = 0.2
-SERVE_WORKERS = 8  # /metrics scrapes at once; more are closed at once (httpserve.py)
-
-
-@dataclass
-class Latest:
-    """The latest record and the monotonic time it appeared; guarded by `lock`."""
-
-    record: Record | None = None
-    changed: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def set(self, record: Record, now: float) -> None:
-        with self.lock:
-            self.record, self.changed = record, now
-
-    def get(self) -> tuple[Record | None, float]:
-        with self.lock:
-            return self.record, self.changed
 
 
 class Pusher:
@@ -177,52 +153,6 @@ def https_sender(url: str, token_file: str, ca: str | None) -> Callable[[dict[st
     return send
 
 
-def metric_lines(latest: Latest, rank: str, now: float) -> Iterator[str]:
-    """The Prometheus text of the latest record."""
-    record, changed = latest.get()
-    if record is None:
-        return
-    label = f'rank="{rank}"'
-    gauges = {
-        "torchrun_training_step": record.step,
-        "torchrun_training_total_steps": record.total_steps,
-        "torchrun_training_epoch": record.epoch,
-        "torchrun_training_samples_per_second": record.samples_per_second,
-        "torchrun_training_seconds_since_change": now - changed,
-    }
-    for name, value in gauges.items():
-        if value is not None:
-            yield f"# TYPE {name} gauge"
-            yield f"{name}{{{label}}} {float(value)!r}"
-    if record.metrics:
-        yield "# TYPE torchrun_training_metric gauge"
-        for key, value in record.metrics.items():  # names are validated: no quote or backslash
-            yield f'torchrun_training_metric{{{label},name="{key}"}} {value!r}'
-
-
-def serve_metrics(address: str, latest: Latest, rank: str) -> None:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                body, code = b"not found\n", 404
-            else:
-                body, code = ("\n".join(metric_lines(latest, rank, time.monotonic())) + "\n").encode(), 200
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    host, _, port = address.rpartition(":")
-    server = BoundedHTTPServer(
-        (host or "0.0.0.0", int(port)), Handler, workers=SERVE_WORKERS, deadline=TIMEOUT
-    )
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-
-
 def run(env: dict[str, str], stop: threading.Event) -> None:
     """The sidecar's loop (module docstring) until `stop`."""
     latest = Latest()
@@ -240,7 +170,7 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
             env.get("TORCHRUN_PROGRESS_CA") or None,
         )
         pusher = Pusher(env.get("TORCHRUN_JOB_NAME", ""), sender)
-    # rank 0 tells the newest checkpoint while the job runs (saved.py): the volume is the job's
+    # rank 0 tells the newest checkpoint while the job runs (progress/saved.py): the volume is the job's
     checkpoints = env.get("TORCHRUN_CHECKPOINT_DIR") if rank == "0" else None
     scanned = -SCAN_SECONDS
     while not stop.is_set():

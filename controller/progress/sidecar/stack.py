@@ -1,4 +1,4 @@
-"""`python -m controller.progress.reporter stack`: a py-spy dump of every Python process of the pod.
+"""`python -m controller.progress.sidecar.reporter stack`: a py-spy dump of every Python process.
 
 Run in the reporter sidecar, which shares the pod's process namespace and (with the queue's
 `debug.stackDumps`) holds `SYS_PTRACE`: every process in `/proc` whose program is a Python
@@ -56,7 +56,7 @@ def python_processes(proc: Path, skip: set[int], node_rank: int = 0) -> list[tup
         if not entry.name.isdigit() or int(entry.name) in skip:
             continue
         p = read_process(entry)
-        if p is None or not p.argv or "controller.progress.reporter" in p.argv:
+        if p is None or not p.argv or "controller.progress.sidecar.reporter" in p.argv:
             continue
         program = os.path.basename(p.argv[0])
         if program.startswith("python") or "torchrun" in program:
