@@ -11,7 +11,16 @@ The price is a parse per reconcile (`from_json`: about 70 µs for a job and 300 
 written queue on a slow CI core); a controller that needs less can cache the parsed object by
 `(uid, resourceVersion)`.
 
-Everything here is pure: no I/O and no `kubernetes` imports, so any layer may use it.
+Everything here is pure: no I/O and no `kubernetes` imports, so any layer may use it. The modules:
+- the kinds: `torchrunqueue` and `torchrunjob`, with the parts they share (`core`), where a job's
+  code comes from (`workspace`), its volumes (`storage`), how its processes find each other
+  (`distributed`), its progress and checkpoints (`progress`, `checkpoint`), and how big it is on
+  its queue (`topology`); `quantity` (resource quantities), `conditions` (metav1.Condition);
+- the vocabulary: `groupversion` (group, version, kinds), `labels` (labels and annotations we
+  write), `reasons` (every condition and Event reason), `resources` (the kinds' REST descriptors);
+- the machinery: `fields` (a field's JSON name, doc and checks), `fielderrors`, `codec` (raw JSON
+  ↔ dataclasses), `validation` (the checks that need the queue), `schema` and `crds` (the CRDs
+  generated from the dataclasses).
 """
 
 from controller.api.checkpoint import CheckpointStatus, NewestCheckpoint

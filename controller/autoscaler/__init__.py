@@ -5,7 +5,8 @@ work waits as Unschedulable.
 - `model`: the frozen snapshot the planner reads; `snapshot`: built from the caches;
 - `planner`: pure, snapshot in, size changes out; `placement`: the dry run of scheduling;
 - `autoscaler`: the periodic pass that applies a plan (`status.desiredNodes`, Events, metrics);
-- `wiring`: the informers it reads.
+- `wiring`: the informers it reads; `resources`: node and pod amounts in integer units;
+  `metrics`: its Prometheus metrics.
 The worker Job follows `status.desiredNodes` in the TorchrunJob reconciler (torchrunjob/elastic.py).
 """
 

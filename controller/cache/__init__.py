@@ -9,6 +9,11 @@ Guarantees:
   thread so a slow one never blocks another; deletes missed during a relist arrive as
   `DeletedFinalStateUnknown` tombstones; a periodic resync replays the cache without API calls;
 - `has_synced()` is true only once the initial list is in the cache and handed to handlers.
+
+Layout, as client-go's: `reflector` (list-then-watch), `store` (the indexer), `informer` (one
+reflector, many handlers), `factory` (one informer per resource, namespace and selector),
+`lister` (read access), `transforms` (what is slimmed before caching), `frozen` (the immutable
+objects), `optional` (informers for APIs that may not be served yet).
 """
 
 from controller.cache.factory import SharedInformerFactory

@@ -8,7 +8,8 @@ imports its report parser. The modules:
   in a name, `latest` — also shipped to the workers as `torchrun_checkpoint_discovery`;
 - `retention`: `prune_plan` (pure) and `prune`;
 - `start`: `resume`, one start's work — prune (rank 0), choose, re-check, answer env and report;
-- `report`: rank 0's termination message and its parser.
+- `report`: rank 0's termination message and its parser;
+- `listing`: what `kubectl torchrun checkpoints NAME` shows of a root.
 """
 
 from controller.checkpoint.discovery import Entry, by_age, latest, scan

@@ -1,1 +1,1 @@
-"""Programs: `torchrun-controller` (main.py)."""
+"""Programs: `torchrun-controller` (main.py), its command line parsed and checked in options.py."""

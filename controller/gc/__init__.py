@@ -1,4 +1,6 @@
-"""The garbage collector thread: orphans of deleted TorchrunJobs and pods stuck terminating."""
+"""The garbage collector thread (collector.py): orphans of deleted TorchrunJobs and pods stuck
+terminating.
+"""
 
 from controller.gc.collector import GarbageCollector
 

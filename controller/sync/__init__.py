@@ -12,13 +12,14 @@ can run in any image with Python. docs/workspace.md is the contract; the modules
   streams in (decompression read ahead in a thread).
 - `tree`: `check_tree`, the same checks for a tree already on disk (git, s3 prefix, pvc).
 - `generations`: `publish` (temp dir, rename, marker, CURRENT; `<G>.failed` on failure), with
-  `atomic`'s one-step small-file writes.
+  `atomic`'s one-step small-file writes and `remove`'s (no recursion, no symlinks followed).
 - `upload`: `receive`, exactly N bytes from stdin with a SHA-256.
 - `copy`: the workers' init container (wait for CURRENT, copy the tree).
 - `termination`: the result as a termination message, and its parser for the controller.
 - `request`: `FetchRequest`, what `fetch` hands the source modules in `sources/`.
 - `prepare`: every worker's first init container fills `/opt/torchrun` (tools, env file).
-- `cli`: the command line.
+- `checkpoint_s3`: the S3 mirror of a job's checkpoints.
+- `cli`: the command line; `protocol`: its calling half, how the controller and the plugin run it.
 """
 
 from controller.sync.archive import extract_archive

@@ -4,9 +4,9 @@
 reference, so a previous attempt's pods never count) at node rank 0 (their completion index), the
 newest first, and answers the first whose `prepare` container terminated with exit code 0 and a
 readable report (`controller.checkpoint.report`) — as a `CheckpointStatus`; None when no such pod
-has started yet (the caller keeps what the status said). `resumed_event` is the Event a new
-status deserves: `ResumedFromCheckpoint` (Normal) the first time an attempt's status says what
-it resumed from, `CheckpointProblem` (Warning) when the start saw problems.
+has started yet (the caller keeps what the status said). `checkpoint_events(old, new)` are the
+Events a new status deserves: `ResumedFromCheckpoint` (Normal) the first time an attempt's status
+says what it resumed from, `CheckpointProblem` (Warning) when its problems are new.
 """
 
 from __future__ import annotations
