@@ -1,7 +1,9 @@
 """`kubectl torchrun stack NAME [--rank N]`: every rank's Python stack, through the reporter sidecar.
 
-For each running worker pod of the job (one rank's, with `--rank`), in rank order, it runs
-`python -m controller.progress.sidecar.reporter stack` (`progress/sidecar/stack.py`) in the pod's
+For each running worker pod of the job (one rank's, with `--rank`), in rank order, it runs the
+sidecar's own command as the pod spec names it, plus `stack` (today `python -m
+controller.progress.sidecar.reporter stack`, `progress/sidecar/stack.py`; a pod made by an older
+controller names its older module, so plugin and pods of different versions still agree), in the pod's
 `progress-reporter` sidecar over pods/exec: py-spy, in the sidecar that shares the pod's process
 namespace and holds `SYS_PTRACE`, dumps every training process, each line prefixed `[rank R pid
 P]`. One line when it cannot: the queue disables stack dumps (`debug.stackDumps: false`), no
@@ -19,7 +21,6 @@ from controller.plugin.objects import JSON, get_job, get_queue, job_pods
 from controller.plugin.upload import run_command
 
 REPORTER = "progress-reporter"
-COMMAND = ["python", "-m", "controller.progress.sidecar.reporter", "stack"]
 TIMEOUT = 120.0
 
 
@@ -38,16 +39,25 @@ def stack_command(kube: Kube, console: Console, name: str, rank: int | None) -> 
     failed = 0
     for pod in pods:
         pod_name = pod["metadata"]["name"]
-        if REPORTER not in {c.get("name") for c in pod["spec"].get("initContainers") or ()}:
+        command = reporter_command(pod)
+        if command is None:
             console.say(f"pod {pod_name} has no {REPORTER} sidecar (made before it existed): no stack")
             failed += 1
             continue
-        outcome = run_command(kube, pod_name, REPORTER, COMMAND, TIMEOUT)
+        outcome = run_command(kube, pod_name, REPORTER, [*command, "stack"], TIMEOUT)
         for line in (outcome.stdout + outcome.stderr).splitlines():
             console.line(line)
         if outcome.exit_code != 0:
             failed += 1
     return 1 if failed else 0
+
+
+def reporter_command(pod: JSON) -> list[str] | None:
+    """The command the pod's reporter sidecar runs, as its spec says; None without the sidecar."""
+    for container in pod["spec"].get("initContainers") or ():
+        if container.get("name") == REPORTER:
+            return [str(word) for word in container.get("command") or ()] or None
+    return None
 
 
 def running_workers(pods: list[JSON], rank: int | None) -> list[JSON]:
