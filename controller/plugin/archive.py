@@ -4,8 +4,10 @@ Guarantees: the same tree (paths, contents, permission bits, symlink targets) gi
 bytes, whatever the files' mtimes, owners or the order the file system lists them — entries are
 written in `scan`'s sorted order as POSIX (pax) tar with mtime 0, uid/gid 0 and no user or group
 names, and the gzip header carries mtime 0 and no file name. The checksum is of the compressed
-bytes, exactly what `receive --sha256` verifies and `status.workspaceSha256` reports. Memory does
-not grow with the archive: files are streamed into the output in chunks.
+bytes, exactly what `receive --sha256` verifies and `status.workspaceSha256` reports. Each file's
+own SHA-256 is taken from the same read (`Archive.file_sha256`), so a delta's manifest describes
+exactly the archived content. Memory does not grow with the archive: files are streamed into the
+output in chunks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from controller.plugin.pack import Entry, Tree
@@ -29,6 +31,7 @@ class Archive:
     size: int  # compressed bytes: what `receive --size` reads
     files: int
     bytes: int  # uncompressed file bytes
+    file_sha256: dict[str, str] = field(default_factory=dict, compare=False)  # path -> content SHA-256
 
 
 class _HashingWriter:
@@ -50,6 +53,19 @@ class _HashingWriter:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
+
+
+class _HashingReader:
+    """A file read through: hashes what tarfile reads from it."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.hash = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.hash.update(data)
+        return data
 
 
 def _tarinfo(entry: Entry) -> tarfile.TarInfo:
@@ -74,16 +90,23 @@ def write_archive(tree: Tree, out: BinaryIO) -> Archive:
     A file whose size changed since `scan` fails the write (`OSError` from tarfile), so the
     archive never disagrees with the listing that was checked."""
     hashing = _HashingWriter(out)
+    file_sha256: dict[str, str] = {}
     gz = gzip.GzipFile(filename="", mode="wb", fileobj=hashing, mtime=0, compresslevel=COMPRESS_LEVEL)
     with gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for entry in tree.entries:
             info = _tarinfo(entry)
             if entry.kind == "file":
                 with open(tree.root / entry.path, "rb") as f:
-                    tar.addfile(info, f)
+                    reading = _HashingReader(f)
+                    tar.addfile(info, reading)  # read() is all tarfile uses
+                    file_sha256[entry.path] = reading.hash.hexdigest()
             else:
                 tar.addfile(info)
     files = tree.files
     return Archive(
-        sha256=hashing.hexdigest(), size=hashing.size, files=len(files), bytes=sum(e.size for e in files)
+        sha256=hashing.hexdigest(),
+        size=hashing.size,
+        files=len(files),
+        bytes=sum(e.size for e in files),
+        file_sha256=file_sha256,
     )

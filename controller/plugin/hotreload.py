@@ -8,6 +8,9 @@ is chosen so a retry never skips or wastes one:
   * else → raise `spec.workspace.generation` by one (a merge patch carrying the resourceVersion
     read, so two concurrent syncs cannot both claim the same generation) and upload into the new
     sync pod.
+The upload is a delta (`controller.plugin.delta`): the tree's manifest goes first and only the
+files the workspace does not already hold follow, so a one-line edit sends a few kilobytes; the
+whole archive goes when there is no published generation to start from or the delta fails.
 Sources other than upload (git, s3, pvc) have nothing to send: the increment alone makes the
 sync pod fetch again. Unless `--detach`, it then waits until the workers run the new generation
 (`rollout.on_generation`: the generation is in use and the job's node count of worker pods
@@ -88,7 +91,7 @@ def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, de
                 console.say(f"nothing changed: job {name} already runs this tree (generation {generation})")
                 return 0
             generation = wanted_generation(job) if _upload_pending(kube, job) else next_generation(kube, job)
-            send_generation(kube, name, generation, pack, console)
+            send_generation(kube, name, generation, pack, console, delta=True)
     if detach:
         return 0
     console.say(wait(kube, name, runs_generation(kube, generation), console.say))

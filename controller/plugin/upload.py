@@ -10,6 +10,9 @@ or `Failure` whose `NonZeroExitCode` cause carries the exit code. On failure the
 one-line `Reason: message` (its last stderr line) is the error; a connection that ends without a
 status is an interrupted upload. Either way the generation stays unpublished (the sync program
 publishes only a complete, verified tree) and the error says to retry with `sync`.
+
+`Traffic` counts the bytes of every websocket message a session sends and receives (the channel
+byte included, the websocket framing not): what `sync` reports, and what its tests bound.
 """
 
 from __future__ import annotations
@@ -77,7 +80,35 @@ def failure_line(outcome: ExecOutcome) -> str:
     return lines[-1] if lines else (outcome.status_message or f"exit code {outcome.exit_code}")
 
 
-class _Exec:
+@dataclass
+class Traffic:
+    """Bytes of the exec sessions' messages: `sent` to the pod, `received` from it."""
+
+    sent: int = 0
+    received: int = 0
+
+
+class _CountingSocket:
+    """The websocket under `WSClient`, counting each data message's bytes into a `Traffic`."""
+
+    def __init__(self, sock: Any, traffic: Traffic) -> None:
+        self._sock = sock
+        self._traffic = traffic
+
+    def send(self, payload: Any, opcode: int = 1) -> Any:
+        self._traffic.sent += len(payload)
+        return self._sock.send(payload, opcode=opcode)
+
+    def recv_data_frame(self, control_frame: bool = False) -> Any:
+        opcode, frame = self._sock.recv_data_frame(control_frame)
+        self._traffic.received += len(getattr(frame, "data", b"") or b"")
+        return opcode, frame
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class ExecSession:
     """One exec session: the websocket and what came back on each channel."""
 
     def __init__(
@@ -87,6 +118,7 @@ class _Exec:
         command: list[str],
         container: str = protocol.CONTAINER,
         stdin: bool = True,
+        traffic: Traffic | None = None,
     ) -> None:
         query = [
             ("container", container),
@@ -108,18 +140,27 @@ class _Exec:
             raise PluginError(f"cannot open an exec session in pod {pod}: {detail}") from None
         except OSError as exc:
             raise PluginError(f"cannot reach the API server at {kube.server}: {exc}") from None
+        if traffic is not None:
+            self.ws.sock = _CountingSocket(self.ws.sock, traffic)
+        self._stdout = b""  # what read_stdout took off the channel so far
 
     def poll(self, timeout: float) -> None:
         self.ws.update(timeout=timeout)
 
+    def read_stdout(self) -> bytes:
+        """What stdout brought since the last call (`outcome` still has all of it)."""
+        data: bytes = self.ws.read_channel(_STDOUT)
+        self._stdout += data
+        return data
+
     def outcome(self) -> ExecOutcome:
         code, message = exit_code(self.ws.read_channel(_STATUS))
-        out = self.ws.read_channel(_STDOUT).decode("utf-8", "replace")
+        out = (self._stdout + self.ws.read_channel(_STDOUT)).decode("utf-8", "replace")
         err = self.ws.read_channel(_STDERR).decode("utf-8", "replace")
         return ExecOutcome(code, out, err, message)
 
 
-def _drain(session: _Exec, deadline: float) -> None:
+def _drain(session: ExecSession, deadline: float) -> None:
     """Read frames until the server closes the session (the command ended) or `deadline`."""
     try:
         while session.ws.is_open() and time.monotonic() < deadline:
@@ -128,7 +169,7 @@ def _drain(session: _Exec, deadline: float) -> None:
         pass
 
 
-def _send(session: _Exec, archive_path: Path, progress: Callable[[int], None]) -> None:
+def _send(session: ExecSession, archive_path: Path, progress: Callable[[int], None]) -> None:
     with open(archive_path, "rb") as f:
         while chunk := f.read(CHUNK):
             session.ws.write_stdin(chunk)
@@ -141,7 +182,7 @@ def _send(session: _Exec, archive_path: Path, progress: Callable[[int], None]) -
 def run_command(kube: Kube, pod: str, container: str, command: list[str], timeout: float) -> ExecOutcome:
     """Run `command` (no stdin) in `container` of `pod` and return its outcome once it ended or
     `timeout` passed (then without an exit code)."""
-    session = _Exec(kube, pod, command, container, stdin=False)
+    session = ExecSession(kube, pod, command, container, stdin=False)
     _drain(session, time.monotonic() + timeout)
     outcome = session.outcome()
     session.ws.close()
@@ -149,14 +190,25 @@ def run_command(kube: Kube, pod: str, container: str, command: list[str], timeou
 
 
 def run_receive(
-    kube: Kube, pod: str, command: list[str], archive_path: Path, progress: Callable[[int], None]
+    kube: Kube,
+    pod: str,
+    command: list[str],
+    archive_path: Path,
+    progress: Callable[[int], None],
+    traffic: Traffic | None = None,
 ) -> ExecOutcome:
     """Stream the file at `archive_path` into `command`'s stdin in `pod` and return its outcome.
     A connection lost mid-way returns whatever status arrived (usually none)."""
-    session = _Exec(kube, pod, command)
+    session = ExecSession(kube, pod, command, traffic=traffic)
+    return finish_sending(session, archive_path, progress)
+
+
+def finish_sending(session: ExecSession, path: Path, progress: Callable[[int], None]) -> ExecOutcome:
+    """Stream the file at `path` into the session's stdin, wait for the command to end, close the
+    session; its outcome (a connection lost mid-way: whatever status arrived, usually none)."""
     interrupted: BaseException | None = None
     try:
-        _send(session, archive_path, progress)
+        _send(session, path, progress)
     except (WebSocketException, OSError) as exc:
         interrupted = exc
     _drain(session, time.monotonic() + (5.0 if interrupted else FINISH_TIMEOUT))
@@ -174,6 +226,7 @@ def upload(
     archive: Archive,
     archive_path: Path,
     progress: Callable[[int], None],
+    traffic: Traffic | None = None,
 ) -> dict[str, Any]:
     """Upload into `<job>-sync-<generation>`; the marker JSON `receive` printed. `PluginError`
     with the sync program's reason (or "interrupted") otherwise, saying to retry with `sync`."""
@@ -181,7 +234,7 @@ def upload(
     retry = f"the job stays as it was; retry with `kubectl torchrun sync {job}`"
     command = protocol.receive_argv(generation, size=archive.size, sha256=archive.sha256)
     try:
-        outcome = run_receive(kube, pod, command, archive_path, progress)
+        outcome = run_receive(kube, pod, command, archive_path, progress, traffic)
     except KeyboardInterrupt:
         raise PluginError(f"upload interrupted (Ctrl-C); {retry}", code=130) from None
     if outcome.exit_code is None:

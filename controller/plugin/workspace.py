@@ -4,6 +4,9 @@
 the archive to a temporary file that is removed when the block ends. `send_generation` waits
 for the sync pod `<job>-sync-<G>` to run (saying what the job waits for meanwhile), then
 uploads with a progress bar. Both are shared by `submit` (generation 0) and `sync` (the next).
+With `delta` (`sync`) it first offers the tree's manifest and sends only what the workspace lacks
+(`controller.plugin.delta`); when that cannot publish, for whatever reason (said in one line), the
+whole archive follows into the same generation. Either way it says how many bytes went each way.
 `job_workspace` reads where a job's code comes from through the API types, exactly as the
 controller does (the seed's deprecated `volumes.workspace` included).
 """
@@ -21,11 +24,12 @@ from controller.api import InvalidObjectError, TorchrunJob, Workspace
 from controller.meta import is_controlled_by
 from controller.plugin.archive import Archive, write_archive
 from controller.plugin.console import Console
+from controller.plugin.delta import Sent, send_delta
 from controller.plugin.errors import PluginError
 from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_pod
 from controller.plugin.pack import DEFAULT_SIZE_LIMIT, Tree, human_size, refusals, scan
-from controller.plugin.upload import upload
+from controller.plugin.upload import Traffic, upload
 from controller.plugin.watch import Waiting, held_up, pod_ended, wait
 from controller.sync.protocol import sync_pod_name
 
@@ -90,16 +94,37 @@ def _sync_pod_running(kube: Kube, job: JSON, generation: int) -> bool | Waiting 
     return Waiting(f"sync pod {name} " + ("does not exist yet" if pod is None else "is not running yet"))
 
 
-def send_generation(kube: Kube, job: str, generation: int, pack: Packed, console: Console) -> dict[str, Any]:
-    """Wait for `<job>-sync-<generation>` to run, then upload `pack` into it; the marker."""
+def send_generation(
+    kube: Kube, job: str, generation: int, pack: Packed, console: Console, *, delta: bool = False
+) -> dict[str, Any]:
+    """Wait for `<job>-sync-<generation>` to run, then send `pack` into it (with `delta`, only what
+    the workspace lacks, else or failing that the whole archive); the marker."""
     pod = sync_pod_name(job, generation)
     console.say(f"waiting for the sync pod {pod}")
     wait(kube, job, lambda current: _sync_pod_running(kube, current, generation), console.say)
+    traffic = Traffic()
+    if delta:
+        sent = send_delta(kube, pod, generation, pack.tree, pack.archive, pack.path.parent, traffic, _ignore)
+        if isinstance(sent, Sent):
+            console.say(
+                f"generation {generation} uploaded: {sent.files} of {pack.archive.files} files sent, the "
+                f"others kept from generation {sent.base}; {_traffic(traffic)}"
+            )
+            return sent.marker
+        console.say(f"sending the whole archive: {sent.reason}")
     description = f"uploading {pack.archive.files} files"
     with console.progress(pack.archive.size, description) as advance:
-        marker = upload(kube, job, generation, pack.archive, pack.path, advance)
-    console.say(f"generation {generation} uploaded: {pack.summary()}")
+        marker = upload(kube, job, generation, pack.archive, pack.path, advance, traffic)
+    console.say(f"generation {generation} uploaded: {pack.summary()}; {_traffic(traffic)}")
     return marker
+
+
+def _traffic(traffic: Traffic) -> str:
+    return f"{traffic.sent} bytes sent, {traffic.received} received"
+
+
+def _ignore(_: int) -> None:
+    pass
 
 
 def job_workspace(job: JSON) -> Workspace:

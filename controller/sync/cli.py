@@ -1,9 +1,10 @@
-"""The command line of `python -m controller.sync`: receive, fetch, copy (docs/workspace.md), prepare
-(docs/checkpoints.md).
+"""The command line of `python -m controller.sync`: receive, delta, fetch, copy (docs/workspace.md),
+prepare (docs/checkpoints.md).
 
 Every command ends in one of two ways: success (exit 0, a line or the marker's JSON on stdout) or
-failure (exit 1, one line `Reason: message` on stderr). `fetch` also writes the termination
-message, and makes sure a failed generation is recorded as `generations/<G>.failed`.
+failure (exit 1, one line `Reason: message` on stderr); `delta` prints its answer line first.
+`fetch` also writes the termination message, and makes sure a failed generation is recorded as
+`generations/<G>.failed`.
 Usage errors exit 2 (argparse).
 """
 
@@ -23,6 +24,7 @@ from controller.checkpoint.listing import listing, to_json
 from controller.sync import layout
 from controller.sync.checkpoint_s3 import mirror, restore
 from controller.sync.copy import copy_tree, wait_for_generation
+from controller.sync.delta import receive_delta
 from controller.sync.errors import (
     GIT_FETCH_FAILED,
     S3_FETCH_FAILED,
@@ -55,6 +57,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         if args.command == "receive":
             return _receive(args, workspace)
+        if args.command == "delta":
+            return _delta(args, workspace)
         if args.command == "fetch":
             return _fetch(args, workspace, env)
         if args.command == "prepare":
@@ -83,6 +87,23 @@ def _receive(args: argparse.Namespace, workspace: Path) -> int:
         idle_timeout=args.idle_timeout,
     )
     print(marker.to_json())
+    return 0
+
+
+def _delta(args: argparse.Namespace, workspace: Path) -> int:
+    marker = receive_delta(
+        workspace,
+        args.generation,
+        manifest_size=args.manifest_size,
+        manifest_sha256=args.manifest_sha256,
+        sha256=args.sha256,
+        limits=_limits(args),
+        fd=sys.stdin.fileno(),
+        out=sys.stdout.buffer,
+        idle_timeout=args.idle_timeout,
+    )
+    if marker is not None:
+        print(marker.to_json())
     return 0
 
 
@@ -235,6 +256,13 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--sha256", type=_sha256, required=True, help="SHA-256 of those bytes (hex)")
     rec.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, help="seconds")
     _limit_flags(rec)
+    delta = commands.add_parser("delta", help="read a manifest, ask for what the workspace lacks, publish")
+    _generation(delta)
+    delta.add_argument("--manifest-size", type=_non_negative, required=True, help="compressed bytes")
+    delta.add_argument("--manifest-sha256", type=_sha256, required=True, help="of the decoded manifest")
+    delta.add_argument("--sha256", type=_sha256, required=True, help="the tree's archive SHA-256")
+    delta.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, help="seconds")
+    _limit_flags(delta)
     fetch = commands.add_parser("fetch", help="fetch a source into a generation (the sync pod)")
     fetch.add_argument("--source", choices=SOURCES, required=True)
     _generation(fetch)

@@ -6,7 +6,8 @@
   and only when G is newer than what CURRENT names; so a reader that finds a marker has a complete
   tree, and CURRENT never names an incomplete or older generation;
 - a fill that raises `SyncError` (or fails on the volume: `WorkspaceError`) leaves no `<G>/` and no
-  temp dir, and records `generations/<G>.failed` with the reason and message;
+  temp dir, and records `generations/<G>.failed` with the reason and message (unless asked not
+  to: a delta that fails leaves the generation to the full archive);
 - an existing generation (published or failed) is never overwritten: `WorkspaceError`, nothing
   recorded, nothing touched. This is checked before filling and again just before the rename, so
   a `fetch` that gave up (`UploadTimeout` recorded) while an upload was still arriving wins (a
@@ -71,12 +72,20 @@ def _int(data: dict[str, Any], key: str) -> int:
 
 
 def publish(
-    workspace: Path, generation: int, fill: Fill, *, source: str, sha256: str | None = None
+    workspace: Path,
+    generation: int,
+    fill: Fill,
+    *,
+    source: str,
+    sha256: str | None = None,
+    records_failure: bool = True,
 ) -> Marker:
-    """Fill generation `generation` with `fill(tmpdir)` and publish it; see the module docstring."""
+    """Fill generation `generation` with `fill(tmpdir)` and publish it; see the module docstring.
+    With `records_failure=False` a fill that fails records nothing, so the generation stays free
+    for another try (a delta's fallback to the full archive)."""
     _refuse_existing(workspace, generation)
     tmp = _make_tmp(workspace, generation)
-    stats = _fill_or_record(workspace, generation, fill, tmp)
+    stats = _fill_or_record(workspace, generation, fill, tmp, records_failure)
     _move_into_place(workspace, generation, tmp)
     marker = Marker(generation, sha256 or stats.sha256, stats.files, stats.bytes, source)
     try:
@@ -138,8 +147,9 @@ def _refuse_existing(workspace: Path, generation: int) -> None:
         raise SyncError(WORKSPACE_ERROR, f"generation {generation} already failed")
 
 
-def _fill_or_record(workspace: Path, generation: int, fill: Fill, tmp: Path) -> Stats:
-    """Run `fill`; on failure remove `tmp`, record `<G>.failed` and raise the SyncError."""
+def _fill_or_record(workspace: Path, generation: int, fill: Fill, tmp: Path, records: bool) -> Stats:
+    """Run `fill`; on failure remove `tmp`, record `<G>.failed` (if `records`) and raise the
+    SyncError."""
     try:
         return fill(tmp)
     except SyncError as e:
@@ -150,7 +160,8 @@ def _fill_or_record(workspace: Path, generation: int, fill: Fill, tmp: Path) -> 
         remove_tree(tmp)
         raise
     remove_tree(tmp)
-    record_failure(workspace, generation, error)
+    if records:
+        record_failure(workspace, generation, error)
     raise error
 
 

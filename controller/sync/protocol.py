@@ -2,7 +2,7 @@
 
 One home for what three packages used to spell out on their own: the program (`PROGRAM`), the sync
 pod's name (`sync_pod_name`) and container name (`CONTAINER`), and the argv of each command —
-`receive_argv` (the plugin, over pods/exec into the sync pod), `fetch_argv` (the sync pod's
+`receive_argv` and `delta_argv` (the plugin, over pods/exec into the sync pod), `fetch_argv` (the sync pod's
 command), `copy_argv` (the workers' init container), `checkpoints_argv` (the plugin's listing pod),
 `prepare_argv` (every worker's first init container). Every argv built here is parsed by the sync
 program's own parser in a unit test, so the two halves cannot drift. The return half of the contract
@@ -25,6 +25,24 @@ def sync_pod_name(job_name: str, generation: int) -> str:
 def receive_argv(generation: int, *, size: int, sha256: str) -> list[str]:
     """`receive`: read an archive of `size` bytes with that SHA-256 from stdin into a generation."""
     return [*PROGRAM, "receive", "--generation", str(generation), "--size", str(size), "--sha256", sha256]
+
+
+def delta_argv(generation: int, *, manifest_size: int, manifest_sha256: str, sha256: str) -> list[str]:
+    """`delta`: read a compressed manifest of `manifest_size` bytes (decoded SHA-256
+    `manifest_sha256`), answer what is missing, read it and publish the tree whose archive has
+    SHA-256 `sha256`."""
+    return [
+        *PROGRAM,
+        "delta",
+        "--generation",
+        str(generation),
+        "--manifest-size",
+        str(manifest_size),
+        "--manifest-sha256",
+        manifest_sha256,
+        "--sha256",
+        sha256,
+    ]
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def receive(
 
     def fill(tmp: Path) -> Stats:
         reader = ExactReader(fd, size, idle_timeout)
-        with _interrupts_end_the_upload(reader.cancelled):
+        with interrupts_end_the_upload(reader.cancelled):
             try:
                 stats = extract_archive(reader, tmp, limits)
             except SyncError as e:
@@ -116,7 +116,7 @@ def receive(
 
 
 @contextlib.contextmanager
-def _interrupts_end_the_upload(cancelled: threading.Event) -> Iterator[None]:
+def interrupts_end_the_upload(cancelled: threading.Event) -> Iterator[None]:
     """While inside: SIGTERM, SIGHUP or SIGINT (the exec stream torn down, the pod stopping) end
     the upload as `UploadIncomplete`, so `publish` removes the temp dir and records the failure."""
 
