@@ -10,9 +10,13 @@ volume. Worker logs are CRI files the node agent writes and kwok serves through 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import random
+import re
 import subprocess
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +27,7 @@ from plugincli import PLUGIN, Run, plugin_env
 from testbed import Cluster, wait_until
 
 from controller.plugin.archive import write_archive
+from controller.plugin.delta import tree_manifest
 from controller.plugin.errors import PluginError
 from controller.plugin.hotreload import next_generation
 from controller.plugin.kube import Kube, load_target
@@ -30,6 +35,8 @@ from controller.plugin.objects import get_pod
 from controller.plugin.pack import scan
 from controller.plugin.upload import upload
 from controller.plugin.workspace import _sync_pod_running as sync_pod_running
+from controller.sync.limits import Limits
+from controller.sync.manifest import ManifestEntry, manifest_of
 
 SHA_PREFIX = "sha256 "
 
@@ -337,6 +344,88 @@ def test_sync_of_the_same_tree_sends_nothing_and_a_change_rolls_the_workers(
     )
     again = plugin("sync", "train")
     assert again.stderr == "nothing changed: job train already runs this tree (generation 1)\n"
+
+
+def hundred_file_project(root: Path) -> None:
+    """100 Python-like files, 5 MB in all (about 50 KB each: lines that do not repeat)."""
+    rng = random.Random(7)
+    for i in range(100):
+        path = root / f"pkg{i // 10}" / f"module_{i:02d}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"value_{n} = {rng.random()!r}  # {rng.getrandbits(64):016x}\n" for n in range(1050)]
+        path.write_text("".join(lines))
+
+
+def traffic(stderr: str) -> tuple[int, int]:
+    """The bytes a command sent and received through its exec sessions, as it printed them."""
+    found = re.findall(r"; (\d+) bytes sent, (\d+) received", stderr)
+    assert len(found) == 1, stderr
+    return int(found[0][0]), int(found[0][1])
+
+
+def tree_sent(project: Path) -> list[ManifestEntry]:
+    tree = scan(project)
+    return list(tree_manifest(tree, write_archive(tree, io.BytesIO())))
+
+
+def test_sync_after_a_one_line_edit_sends_under_10_kb_each_way_and_publishes_the_edited_tree(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    """Bytes counted at the plugin's exec stream (every websocket message both ways, the manifest
+    included); the new generation on the volume is exactly the edited tree."""
+    hundred_file_project(project)
+    assert 4_900_000 < sum(p.stat().st_size for p in project.rglob("*.py")) < 5_300_000
+    submitted = plugin("submit", "--queue", queue("run"), "--nodes", "2", "--name", "train", "--detach", "x")
+    assert submitted.returncode == 0, submitted.stderr
+    full_sent, full_received = traffic(submitted.stderr)
+    wait_until(lambda: phase(cluster, namespace, "train") == "Running", 90, message="Running")
+
+    edited = project / "pkg4" / "module_42.py"
+    lines = edited.read_text().splitlines(keepends=True)
+    lines[500] = "value_500 = 0.5  # edited\n"
+    edited.write_text("".join(lines))
+    started = time.monotonic()
+    changed = plugin("sync", "train", timeout=240)
+    seconds = time.monotonic() - started
+    assert changed.returncode == 0, changed.stderr
+    assert "generation 1 uploaded: 1 of 100 files sent, the others kept from generation 0" in changed.stderr
+    assert "job train runs generation 1" in changed.stderr
+    sent, received = traffic(changed.stderr)
+    print(f"\nfull upload {full_sent} B sent, {full_received} B received; "
+          f"delta {sent} B sent, {received} B received; sync {seconds:.1f} s")  # fmt: skip
+    assert sent < 10_000 and received < 10_000, changed.stderr
+    volume = workspace_volume(cluster, namespace, "train")
+    assert list(manifest_of(volume / "generations" / "1", Limits())) == tree_sent(project)
+    assert tj(cluster, namespace, "train")["status"]["workspaceSha256"] == dry_run_sha(plugin)
+
+
+def test_a_damaged_or_unmarked_previous_generation_costs_bytes_never_a_wrong_tree(
+    cluster: Cluster, namespace: str, controller: Any, project: Path, plugin: Run, queue: Any
+) -> None:
+    """A file of the newest generation altered on the volume is sent again; a newest generation
+    without its marker is no base at all: the whole archive goes, into the same generation."""
+    hundred_file_project(project)
+    submitted = plugin("submit", "--queue", queue("run"), "--nodes", "1", "--name", "train", "--detach", "x")
+    assert submitted.returncode == 0, submitted.stderr
+    wait_until(
+        lambda: tj(cluster, namespace, "train").get("status", {}).get("workspaceSha256"), 60, message="synced"
+    )
+    generations = workspace_volume(cluster, namespace, "train") / "generations"
+    (generations / "0" / "pkg1" / "module_11.py").write_text("rotten\n")
+    (project / "pkg2" / "module_22.py").write_text("edited\n")
+    damaged = plugin("sync", "train", "--detach", timeout=240)
+    assert damaged.returncode == 0, damaged.stderr
+    assert "generation 1 uploaded: 2 of 100 files sent, the others kept from generation 0" in damaged.stderr
+    assert list(manifest_of(generations / "1", Limits())) == tree_sent(project)
+
+    (generations / "1" / ".sync_success").unlink()
+    (project / "pkg3" / "module_33.py").write_text("edited again\n")
+    unmarked = plugin("sync", "train", "--detach", timeout=240)
+    assert unmarked.returncode == 0, unmarked.stderr
+    assert "sending the whole archive: no published generation to start from" in unmarked.stderr
+    assert traffic(unmarked.stderr)[0] > 1_000_000
+    assert list(manifest_of(generations / "2", Limits())) == tree_sent(project)
+    assert tj(cluster, namespace, "train")["status"]["workspaceSha256"] == dry_run_sha(plugin)
 
 
 class OutputLines:

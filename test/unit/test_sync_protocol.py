@@ -25,6 +25,13 @@ def test_receive_argv_round_trips() -> None:
     assert (args["generation"], args["size"], args["sha256"]) == (3, 1234, "ab" * 32)
 
 
+def test_delta_argv_round_trips() -> None:
+    args = parse(protocol.delta_argv(4, manifest_size=99, manifest_sha256="CD" * 32, sha256="AB" * 32))
+    assert args["command"] == "delta"
+    assert (args["generation"], args["manifest_size"]) == (4, 99)
+    assert (args["manifest_sha256"], args["sha256"]) == ("cd" * 32, "ab" * 32)
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
