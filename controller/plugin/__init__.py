@@ -4,7 +4,8 @@ Layout, one concept per module:
   * packing, pure: `ignore` (.gitignore/.torchrunignore rules), `secretfiles` (what looks like a
     credential), `pack` (scan a project, refusals), `archive` (the deterministic tar.gz + SHA-256);
   * the API: `kube` (kubeconfig like kubectl; the controller's `RESTClient`), `objects` (jobs,
-    queues, pods, events), `upload` (`receive` over pods/exec), `watch` (waiting on conditions),
+    queues, pods, events), `upload` (`receive` over pods/exec), `delta` (a hot reload's manifest
+    and the files the workspace lacks, over pods/exec), `watch` (waiting on conditions),
     `logs` (per rank, followed across pod replacements);
   * the commands: `submit`, `hotreload` (`sync`), `rollout` (what `sync` waits for), `commands`
     (list, status, logs, suspend, resume, delete), `checkpoints`, `stack` (py-spy dumps through
