@@ -352,7 +352,7 @@ def hundred_file_project(root: Path) -> None:
     for i in range(100):
         path = root / f"pkg{i // 10}" / f"module_{i:02d}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [f"value_{n} = {rng.random()!r}  # {rng.getrandbits(64):016x}\n" for n in range(1050)]
+        lines = [f"value_{n} = {rng.random()!r}  # {rng.getrandbits(64):016x}\n" for n in range(1000)]
         path.write_text("".join(lines))
 
 
@@ -374,7 +374,7 @@ def test_sync_after_a_one_line_edit_sends_under_10_kb_each_way_and_publishes_the
     """Bytes counted at the plugin's exec stream (every websocket message both ways, the manifest
     included); the new generation on the volume is exactly the edited tree."""
     hundred_file_project(project)
-    assert 4_900_000 < sum(p.stat().st_size for p in project.rglob("*.py")) < 5_300_000
+    assert 5_000_000 < sum(p.stat().st_size for p in project.rglob("*.py")) < 5_300_000
     submitted = plugin("submit", "--queue", queue("run"), "--nodes", "2", "--name", "train", "--detach", "x")
     assert submitted.returncode == 0, submitted.stderr
     full_sent, full_received = traffic(submitted.stderr)
@@ -417,15 +417,21 @@ def test_a_damaged_or_unmarked_previous_generation_costs_bytes_never_a_wrong_tre
     assert damaged.returncode == 0, damaged.stderr
     assert "generation 1 uploaded: 2 of 100 files sent, the others kept from generation 0" in damaged.stderr
     assert list(manifest_of(generations / "1", Limits())) == tree_sent(project)
+    wait_until(  # the sync pod of generation 1 is done: the next sync claims generation 2
+        lambda: tj(cluster, namespace, "train").get("status", {}).get("workspaceGeneration") == 1,
+        60,
+        message="generation 1 synced",
+    )
 
     (generations / "1" / ".sync_success").unlink()
     (project / "pkg3" / "module_33.py").write_text("edited again\n")
-    unmarked = plugin("sync", "train", "--detach", timeout=240)
+    unmarked = plugin("sync", "train", timeout=240)
     assert unmarked.returncode == 0, unmarked.stderr
     assert "sending the whole archive: no published generation to start from" in unmarked.stderr
     assert traffic(unmarked.stderr)[0] > 1_000_000
     assert list(manifest_of(generations / "2", Limits())) == tree_sent(project)
-    assert tj(cluster, namespace, "train")["status"]["workspaceSha256"] == dry_run_sha(plugin)
+    status = tj(cluster, namespace, "train")["status"]
+    assert (status["workspaceGeneration"], status["workspaceSha256"]) == (2, dry_run_sha(plugin))
 
 
 class OutputLines:
