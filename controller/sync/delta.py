@@ -4,11 +4,12 @@ generation (`python -m controller.sync delta`, docs/workspace.md).
 The exchange, on the exec session's stdin and stdout:
 1. in: the tree's manifest (`manifest`), gzip-compressed, exactly `--manifest-size` bytes; decoded
    it must have SHA-256 `--manifest-sha256` (the tree digest) and pass `manifest.decode`.
-2. out: one JSON line, the answer. `{"base": null}` when no published generation can serve (none,
-   unreadable, over the limits): the command ends there, exit 0, nothing written, and the plugin
-   sends the archive with `receive`. Else `{"base": B, "want": [[i, ids], ...]}`: the manifest's
-   files (by index) whose content generation B does not hold under any path, each with the chunk
-   ids (`chunks`) of B's file at the same path when there is one to rebuild from, else null.
+2. out: one JSON line, the answer. `{"base": null}` when no published generation can serve
+   (none, unreadable, more entries than the limits allow): the command ends there, exit 0,
+   nothing written, and the plugin sends the archive with `receive`. Else
+   `{"base": B, "want": [[i, ids], ...]}`: the manifest's files (by index) whose content
+   generation B does not hold under any path, each with the chunk ids (`chunks`) of B's file at
+   the same path when there is one to rebuild from, else null.
 3. in: `SIZE_DIGITS` ASCII digits, the payload's size N, then N bytes: gzip of each wanted file's
    ops, in the answer's order.
 4. the tree is assembled in `generations.publish`'s temp dir: directories and symlinks from the
