@@ -136,7 +136,11 @@ def test_kustomize_renders_the_controller_and_its_rbac(cluster: Cluster) -> None
         for subject in obj.get("subjects") or []:
             assert subject == {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
     # the optional extras render too (the ServiceMonitor's CRD is not installed here)
-    assert [d["kind"] for d in render(cluster, CONFIG / "prometheus")] == ["PodMonitor", "ServiceMonitor"]
+    assert [d["kind"] for d in render(cluster, CONFIG / "prometheus")] == [
+        "PodMonitor",
+        "PrometheusRule",
+        "ServiceMonitor",
+    ]
     assert [d["kind"] for d in render(cluster, CONFIG / "grafana")] == ["ConfigMap"]
 
 

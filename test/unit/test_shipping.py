@@ -21,17 +21,12 @@ import pytest
 import setuptools
 import yaml
 from jobspecs import job, queue
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.metrics import MetricWrapperBase
+from monitoring import TARGET_LABELS, config_object, controller_series, metrics_and_labels
 
 from controller.api.labels import LEADER_LABEL
-from controller.cache import Indexer, Lister
 from controller.cmd.main import SHUTDOWN_TIMEOUT
 from controller.cmd.options import parse
-from controller.metrics.registry import ControllerMetrics
-from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.torchrunjob.manifests.progress import ReporterSettings, reporter_container
-from controller.torchrunjob.metrics import JobsCollector
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"
@@ -202,21 +197,9 @@ def test_the_wheel_ships_every_file_of_the_worker_tools() -> None:
 # -- Deployment, Service, ServiceMonitor ---------------------------------------------------------------
 
 
-def manifests(*parts: str) -> Iterator[dict[str, Any]]:
-    directory = CONFIG.joinpath(*parts)
-    for path in sorted(directory.glob("*.yaml")):
-        if path.name != "kustomization.yaml":
-            yield from (doc for doc in yaml.safe_load_all(path.read_text()) if doc)
-
-
-def find(kind: str, *parts: str, name: str | None = None) -> dict[str, Any]:
-    (doc,) = [d for d in manifests(*parts) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
-    return doc
-
-
 @pytest.fixture
 def deployment() -> dict[str, Any]:
-    return find("Deployment", "manager")
+    return config_object("Deployment", "manager")
 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -252,11 +235,11 @@ def test_the_deployment_is_locked_down_and_sized(deployment: dict[str, Any]) -> 
     assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
     # SIGTERM → drain for up to SHUTDOWN_TIMEOUT, then release the Lease: leave room for both
     assert pod["terminationGracePeriodSeconds"] >= max(30, SHUTDOWN_TIMEOUT + 5)
-    assert pod["serviceAccountName"] == find("ServiceAccount", "rbac")["metadata"]["name"]
+    assert pod["serviceAccountName"] == config_object("ServiceAccount", "rbac")["metadata"]["name"]
 
 
 def test_the_network_policy_admits_only_workers_to_the_progress_port(deployment: dict[str, Any]) -> None:
-    policy = find("NetworkPolicy", "manager")
+    policy = config_object("NetworkPolicy", "manager")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -277,12 +260,12 @@ def test_the_image_tag_and_label_are_the_package_version(deployment: dict[str, A
 
 
 def test_the_metrics_service_and_servicemonitor_select_each_other(deployment: dict[str, Any]) -> None:
-    service = find("Service", "manager", name="torchrun-controller-metrics")
+    service = config_object("Service", "manager", name="torchrun-controller-metrics")
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     (port,) = service["spec"]["ports"]
     assert port["targetPort"] in {p["name"] for p in container(deployment)["ports"]}
-    monitor = find("ServiceMonitor", "prometheus")
+    monitor = config_object("ServiceMonitor", "prometheus")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert service["metadata"]["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
@@ -292,7 +275,7 @@ def test_the_metrics_service_and_servicemonitor_select_each_other(deployment: di
 
 def test_the_progress_endpoint_is_served_and_its_url_names_its_service(deployment: dict[str, Any]) -> None:
     opts = parse(container(deployment)["args"])
-    service = find("Service", "manager", name="torchrun-controller-progress")
+    service = config_object("Service", "manager", name="torchrun-controller-progress")
     # the leader alone: the pod's labels plus the one the leading replica puts on its own pod
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"] == {**pod_labels, LEADER_LABEL: "true"}
@@ -306,7 +289,7 @@ def test_the_progress_endpoint_is_served_and_its_url_names_its_service(deploymen
 
 
 def test_the_podmonitor_scrapes_every_workers_reporter() -> None:
-    monitor = find("PodMonitor", "prometheus")
+    monitor = config_object("PodMonitor", "prometheus")
     assert monitor["spec"]["selector"]["matchLabels"] == {"torchrun.ai/role": "worker"}
     assert monitor["spec"]["namespaceSelector"] == {"any": True}
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
@@ -315,44 +298,6 @@ def test_the_podmonitor_scrapes_every_workers_reporter() -> None:
 
 
 # -- Grafana dashboard ---------------------------------------------------------------------------
-
-# labels Prometheus adds to every scraped series (ServiceMonitor targets), and histograms' `le`
-TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container", "le"}
-PROMETHEUS_SERIES = {"up": set[str]()}  # written by Prometheus itself for every target
-PROMQL_WORDS = {
-    "sum", "max", "min", "avg", "count", "topk", "bottomk", "rate", "irate", "increase", "delta",
-    "histogram_quantile", "clamp_min", "clamp_max", "abs", "by", "without", "and", "or", "unless",
-}  # fmt: skip
-
-
-def registered_series() -> dict[str, set[str]]:
-    """Every series name the controller's /metrics can expose, with its label names: what
-    controller.cmd.main registers (process collectors, ControllerMetrics, the workqueue metrics,
-    the cache-backed job counts), filled in a fresh CollectorRegistry."""
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    metrics = ControllerMetrics(registry)
-    provider = PrometheusWorkqueueMetricsProvider(registry)
-    jobs = Indexer()  # one cached job, so the collector's family has a sample to show its labels
-    jobs.add({"metadata": {"namespace": "ns", "name": "j"}, "spec": {"jobQueue": "q"}, "status": {}})
-    registry.register(JobsCollector(Lister(jobs)))
-    labels: dict[str, set[str]] = {}
-    for owner in (metrics, provider):
-        for metric in vars(owner).values():
-            if isinstance(metric, MetricWrapperBase):
-                for family in metric.describe():
-                    # a labelled metric has no samples before its first use: read its label names
-                    labels[family.name] = set(metric._labelnames)
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
-    series: dict[str, set[str]] = dict(PROMETHEUS_SERIES)
-    for family in registry.collect():
-        known = labels.get(family.name, set()).union(*(s.labels for s in family.samples)) - {"le"}
-        for s in family.samples:
-            series[s.name] = known
-        for suffix in suffixes.get(family.type, ("",)):
-            series[family.name + suffix] = known
-    return series
 
 
 def dashboard_queries() -> list[tuple[str, bool]]:
@@ -374,23 +319,8 @@ def dashboard_queries() -> list[tuple[str, bool]]:
     return exprs
 
 
-def metrics_and_labels(expr: str) -> tuple[set[str], dict[str, set[str]], set[str]]:
-    """(bare identifiers, labels matched per selector's metric, labels in by/without clauses)."""
-    selectors: dict[str, set[str]] = {}
-    for name, body in re.findall(r"([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}", expr):
-        selectors.setdefault(name, set()).update(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", body))
-    grouping = {
-        label.strip()
-        for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr)
-        for label in clause.split(",")
-    }
-    stripped = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]|\b(?:by|without)\s*\([^)]*\)', " ", expr)
-    stripped = re.sub(r"\b\d+(\.\d+)?\b", " ", stripped)
-    return set(re.findall(r"[a-zA-Z_:][\w:]*", stripped)) - PROMQL_WORDS, selectors, grouping
-
-
 def test_the_dashboard_queries_only_metrics_the_controller_registers() -> None:
-    series = registered_series()
+    series = controller_series()
     queries = dashboard_queries()
     assert len(queries) >= 20
     for expr, in_panel in queries:
