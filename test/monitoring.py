@@ -89,7 +89,16 @@ def controller_series() -> dict[str, set[str]]:
                 for family in metric.describe():
                     # a labelled metric has no samples before its first use: read its label names
                     labels[family.name] = set(metric._labelnames)
-    return {**PROMETHEUS_SERIES, **_family_series(registry, labels)}
+    return {**PROMETHEUS_SERIES, **scraped(_family_series(registry, labels))}
+
+
+def scraped(series: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """The series as Prometheus stores them: a label the target has too (a ServiceMonitor
+    target's namespace, job, pod, ...) is kept as exported_<label> (honorLabels is not set)."""
+    targets = TARGET_LABELS - {"le"}
+    return {
+        name: {f"exported_{lb}" if lb in targets else lb for lb in labels} for name, labels in series.items()
+    }
 
 
 def reporter_series() -> dict[str, set[str]]:
@@ -102,7 +111,7 @@ def reporter_series() -> dict[str, set[str]]:
         if not line.startswith("#"):
             name, _, rest = line.partition("{")
             series[name] = set(re.findall(r'(\w+)="', rest.partition("}")[0]))
-    return series
+    return scraped(series)
 
 
 def metrics_and_labels(expr: str) -> tuple[set[str], dict[str, set[str]], set[str]]:
@@ -241,10 +250,33 @@ def service_monitor_scrape(
 def pod_monitor_scrape(
     monitor: Mapping[str, Any], pods: list[tuple[Mapping[str, Any], str]], port_of: str, interval: str
 ) -> dict[str, Any]:
-    """The scrape config a PodMonitor stands for: each of `pods` (a pod as the API server has it,
-    and the address its container port `port_of` is served on here) that its selector and
-    namespaceSelector pick, on each podMetricsEndpoint whose port names a container port of the
-    pod (job = <namespace>/<name>, as the Operator names it)."""
+    """The scrape config a PodMonitor stands for: `pod_monitor_job` with the targets
+    `pod_monitor_targets` finds among `pods`."""
+    return {
+        **pod_monitor_job(monitor, interval),
+        "static_configs": pod_monitor_targets(monitor, pods, port_of),
+    }
+
+
+def pod_monitor_job(monitor: Mapping[str, Any], interval: str) -> dict[str, Any]:
+    """A PodMonitor's scrape config without its targets: its path and scheme."""
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    meta = monitor["metadata"]
+    return {
+        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}",
+        "scrape_interval": interval,
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "scheme": endpoint.get("scheme", "http"),
+    }
+
+
+def pod_monitor_targets(
+    monitor: Mapping[str, Any], pods: list[tuple[Mapping[str, Any], str]], port_of: str
+) -> list[dict[str, Any]]:
+    """The static targets of a PodMonitor: each of `pods` (a pod as the API server has it, and
+    the address its container port `port_of` is served on here) that its selector and
+    namespaceSelector pick, when its podMetricsEndpoint's port names a container port of the pod
+    (job = <namespace>/<name>, as the Operator names it)."""
     spec = monitor["spec"]
     meta = monitor["metadata"]
     (endpoint,) = spec["podMetricsEndpoints"]
@@ -256,7 +288,9 @@ def pod_monitor_scrape(
             continue
         if not _matches(spec["selector"], pm.get("labels") or {}):
             continue
-        named = {p.get("name"): c for c in pod["spec"]["containers"] for p in c.get("ports") or []}
+        # the reporter is a native sidecar (an init container): Kubernetes SD lists their ports too
+        every = [*pod["spec"].get("initContainers", ()), *pod["spec"]["containers"]]
+        named = {p.get("name"): c for c in every for p in c.get("ports") or []}
         assert endpoint["port"] in named, f"pod {pm['name']} has no container port {endpoint['port']}"
         assert endpoint["port"] == port_of, (
             f"the PodMonitor scrapes {endpoint['port']}, served here: {port_of}"
@@ -270,10 +304,4 @@ def pod_monitor_scrape(
             {"targets": [address], "labels": {"job": f"{meta['namespace']}/{meta['name']}", **labels}}
         )
     assert statics, f"PodMonitor {meta['name']} selects none of the pods"
-    return {
-        "job_name": f"podMonitor/{meta['namespace']}/{meta['name']}",
-        "scrape_interval": interval,
-        "metrics_path": endpoint.get("path", "/metrics"),
-        "scheme": endpoint.get("scheme", "http"),
-        "static_configs": statics,
-    }
+    return statics

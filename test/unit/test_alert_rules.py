@@ -159,7 +159,7 @@ def test_a_servicemonitor_that_no_longer_matches_fails_the_derivation(change: st
 def worker_pod() -> dict[str, Any]:
     sidecar = reporter_container(job(), queue(), "img", ReporterSettings())
     meta = {"name": "j-worker-0", "namespace": "team-a", "labels": {"torchrun.ai/role": "worker"}}
-    return {"metadata": meta, "spec": {"containers": [{"name": "worker", "ports": []}, sidecar]}}
+    return {"metadata": meta, "spec": {"initContainers": [sidecar], "containers": [{"name": "worker"}]}}
 
 
 def test_the_podmonitor_becomes_a_target_of_each_workers_reporter() -> None:

@@ -21,7 +21,7 @@ import pytest
 import setuptools
 import yaml
 from jobspecs import job, queue
-from monitoring import TARGET_LABELS, config_object, controller_series, metrics_and_labels
+from monitoring import TARGET_LABELS, config_object, controller_series, metrics_and_labels, reporter_series
 
 from controller.api.labels import LEADER_LABEL
 from controller.cmd.main import SHUTDOWN_TIMEOUT
@@ -320,7 +320,7 @@ def dashboard_queries() -> list[tuple[str, bool]]:
 
 
 def test_the_dashboard_queries_only_metrics_the_controller_registers() -> None:
-    series = controller_series()
+    series = {**reporter_series(), **controller_series()}  # the PodMonitor's and the ServiceMonitor's
     queries = dashboard_queries()
     assert len(queries) >= 20
     for expr, in_panel in queries:

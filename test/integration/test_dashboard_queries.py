@@ -1,0 +1,522 @@
+"""The shipped Grafana dashboard, run: Debian's Prometheus scrapes the controller program (leader
+election, the progress endpoint, --progress-job-metrics) and a real reporter sidecar process,
+with scrape configs derived from config/prometheus's ServiceMonitor and PodMonitor
+(test/monitoring.py), while a scripted job runs: it starts, its rank reports five steps and then
+falls silent (heartbeats only), is Stalled and restarted once (onStall Restart), and the new
+attempt's rank reports step 40 of 100. Then every panel query of the dashboard — its variables
+resolved as Grafana resolves them, against the same Prometheus — returns what that run implies.
+
+Rates are checked as moved or not (the script implies a count, Prometheus' rate() extrapolates
+it); latencies, CPU and memory only for presence (see PRESENCE_ONLY). A panel with no
+expectation here fails `test_every_panel_has_an_expectation`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+from jobs import make_job, queue_manifest
+from monitoring import (
+    config_object,
+    dashboard_panels,
+    dashboard_variables,
+    pod_monitor_job,
+    pod_monitor_targets,
+    prometheus_tool,
+    service_monitor_scrape,
+)
+from testbed import REPO, Cluster, condition, controller_program, wait_until
+
+from controller.rest import RESTClient, load_config
+
+SCRAPE = "1s"
+IDENTITY = "torchrun-controller-0"  # the leader's identity: the pod name its target stands for
+STEPS_BEFORE_STALL = 5
+STEP, TOTAL = 40, 100
+SUBMIT_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)  # ControllerMetrics.submit_to_running
+Result = dict[tuple[tuple[str, str], ...], float]  # a query's answer: labels → value
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Prometheus(NamedTuple):
+    url: str
+    pod_targets: Path  # the PodMonitor's targets (file_sd): rewritten when the worker pod changes
+    started: float
+
+    def query(self, expr: str) -> Result:
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            answer = json.load(resp)
+        assert answer["status"] == "success", answer
+        data = answer["data"]
+        if data["resultType"] == "scalar":
+            return {(): float(data["result"][1])}
+        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        url = f"{self.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return sorted(json.load(resp)["data"])
+
+    def targets_up(self) -> dict[str, str]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as resp:
+            active = json.load(resp)["data"]["activeTargets"]
+        return {t["labels"]["job"]: t["health"] for t in active}
+
+
+@contextlib.contextmanager
+def prometheus(workdir: Path, scrape_configs: list[dict[str, Any]]) -> Iterator[Prometheus]:
+    """Debian's prometheus on a free port with a fresh data directory, scraping `scrape_configs`
+    and the PodMonitor's targets file (empty at first)."""
+    pod_targets = workdir / "pod-targets.json"
+    pod_targets.write_text("[]")
+    config = {
+        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+        "scrape_configs": scrape_configs,
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    command = [
+        str(prometheus_tool("prometheus")),
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with open(workdir / "prometheus.log", "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ready(url), 30, message=f"prometheus ready (log: {workdir / 'prometheus.log'})")
+        yield Prometheus(url, pod_targets, time.monotonic())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+class Reporter(NamedTuple):
+    """A real reporter sidecar process (`python -m controller.progress.reporter`) for one pod."""
+
+    pod: dict[str, Any]
+    address: str
+    progress_file: Path
+    proc: subprocess.Popen[bytes]
+
+    def write(self, step: int, total: int) -> None:
+        with open(self.progress_file, "a") as f:
+            f.write(json.dumps({"step": step, "total_steps": total, "loss": 2.0 / step}) + "\n")
+
+
+@contextlib.contextmanager
+def reporter(pod: dict[str, Any], url: str, token: str, workdir: Path) -> Iterator[Reporter]:
+    name = pod["metadata"]["name"]
+    (workdir / f"{name}.token").write_text(token)
+    address = f"127.0.0.1:{free_port()}"
+    env = {
+        **os.environ,
+        "TORCHRUN_PROGRESS_FILE": str(workdir / f"{name}.jsonl"),
+        "TORCHRUN_PROGRESS_TOKEN_FILE": str(workdir / f"{name}.token"),
+        "TORCHRUN_PROGRESS_URL": url,
+        "TORCHRUN_JOB_NAME": pod["metadata"]["labels"]["torchrun-job-name"],
+        "TORCHRUN_REPORTER_ADDRESS": address,
+        "JOB_COMPLETION_INDEX": "0",
+    }
+    with open(workdir / f"{name}.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.progress.reporter"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        yield Reporter(pod, address, workdir / f"{name}.jsonl", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Run(NamedTuple):
+    """What the scripted run did, as the checks need it."""
+
+    namespace: str
+    queue: str
+    job: str
+    submit_to_running: float  # seconds, at the API's one-second resolution
+    controller_pid: int
+    prometheus: Prometheus
+    last_write: float  # monotonic time of the last progress line written
+
+
+def worker_pod(cluster: Cluster, ns: str, job: str, not_uids: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def running() -> dict[str, Any] | None:
+        selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
+        for pod in cluster.get("pods", "-n", ns, "-l", selector)["items"]:
+            live = pod["status"].get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+            if live and pod["metadata"]["uid"] not in not_uids:
+                return dict(pod)
+        return None
+
+    found: dict[str, Any] = wait_until(running, 60, message=f"{job}'s worker running")
+    return found
+
+
+def pod_token(rest: RESTClient, pod: dict[str, Any]) -> str:
+    """The token the kubelet projects into the sidecar: bound to the pod, for the controller."""
+    meta = pod["metadata"]
+    spec = {
+        "audiences": ["torchrun-controller"],
+        "expirationSeconds": 600,
+        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]},
+    }
+    sa = pod["spec"].get("serviceAccountName") or "default"
+    path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token"
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    return str(rest.request("create", "POST", path, "serviceaccounts/token", body=body)["status"]["token"])
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(later) - parse(earlier)).total_seconds()
+
+
+@pytest.fixture(scope="module")
+def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    ns, queue, job = f"t-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:6]}", "train"
+    workdir = tmp_path_factory.mktemp("dashboard")
+    cluster.create_namespace(ns)
+    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "20m"}))
+    rest = RESTClient(load_config(str(cluster.kubeconfig)))
+    metrics_port, progress_port = free_port(), free_port()
+    flags = (
+        "--leader-elect",
+        f"--leader-elect-namespace={ns}",
+        f"--leader-elect-identity={IDENTITY}",
+        f"--metrics-addr=127.0.0.1:{metrics_port}",
+        f"--progress-bind-address=127.0.0.1:{progress_port}",
+        "--progress-period=1",
+        "--progress-job-metrics",
+    )
+    deployment = config_object("Deployment", "manager")
+    controller_pod = {"metadata": {"name": IDENTITY, **deployment["spec"]["template"]["metadata"]}}
+    controller_pod["spec"] = deployment["spec"]["template"]["spec"]
+    services = [config_object("Service", "manager", name="torchrun-controller-metrics")]
+    scrape = service_monitor_scrape(
+        config_object("ServiceMonitor", "prometheus"), services, controller_pod,
+        {"metrics": f"127.0.0.1:{metrics_port}"}, SCRAPE,
+    )  # fmt: skip
+    pod_monitor = config_object("PodMonitor", "prometheus")
+    pod_scrape = pod_monitor_job(pod_monitor, SCRAPE)
+    pod_scrape["file_sd_configs"] = [
+        {"files": [str(workdir / "pod-targets.json")], "refresh_interval": SCRAPE}
+    ]
+    progress_url = f"https://127.0.0.1:{progress_port}/v1/progress"
+    with contextlib.ExitStack() as stack:
+        program = stack.enter_context(
+            controller_program(cluster.kubeconfig, ns, workdir / "controller.log", *flags)
+        )
+        wait_until(
+            lambda: (
+                cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
+                == IDENTITY
+            ),
+            60,
+            message="the controller to lead",
+        )
+        prom = stack.enter_context(prometheus(workdir, [*scrape, pod_scrape]))
+        # scraped before the job exists, so its first observations show as increases
+        wait_until(lambda: prom.query("sum(up)") == {(): 1.0}, 30, message="a first scrape")
+        make_job(
+            cluster, ns, queue, job, numNodes=1,
+            progress={"stallTimeoutSeconds": 10, "onStall": "Restart"}, failurePolicy={"maxRestarts": 3},
+        )  # fmt: skip
+        first = worker_pod(cluster, ns, job)
+        obj = wait_until(
+            lambda: (
+                o
+                if (c := condition(o := cluster.get("torchrunjob", job, "-n", ns), "Running"))
+                and c["status"] == "True"
+                else None
+            ),
+            60,
+            message="Running",
+        )
+        running = condition(obj, "Running")
+        assert running is not None
+        submit = seconds_between(obj["metadata"]["creationTimestamp"], running["lastTransitionTime"])
+        # attempt 0: five steps, then silence but for the heartbeats: Stalled, restarted once
+        with reporter(first, progress_url, pod_token(rest, first), workdir) as rank0:
+            for step in range(1, STEPS_BEFORE_STALL + 1):
+                rank0.write(step, TOTAL)
+            wait_until(
+                lambda: (cluster.get("torchrunjob", job, "-n", ns).get("status") or {}).get("restarts") == 1,
+                90,
+                message="the stalled job restarted",
+            )
+        # attempt 1: its rank reports step STEP, and the PodMonitor's target is its sidecar
+        second = worker_pod(cluster, ns, job, frozenset({first["metadata"]["uid"]}))
+        rank0 = stack.enter_context(reporter(second, progress_url, pod_token(rest, second), workdir))
+        for step in range(1, STEP + 1):
+            rank0.write(step, TOTAL)
+        last_write = time.monotonic()
+        tmp = prom.pod_targets.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pod_monitor_targets(pod_monitor, [(second, rank0.address)], "progress")))
+        tmp.rename(prom.pod_targets)
+
+        def settled() -> bool:
+            percent = prom.query(f'torchrun_job_progress_percent{{exported_job="{job}"}}')
+            steps = prom.query("torchrun_training_step")
+            return list(percent.values()) == [STEP * 100 // TOTAL] and list(steps.values()) == [STEP]
+
+        wait_until(settled, 60, interval=0.5, message="Prometheus to have scraped step 40 from both")
+        yield Run(ns, queue, job, submit, program.pid, prom, last_write)
+    cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
+    cluster.delete_namespace(ns)
+
+
+# -- the dashboard's queries, as Grafana sends them ----------------------------------------------
+
+
+def resolved_variables(prom: Prometheus) -> dict[str, str]:
+    """Each query variable's values (label_values, as Grafana asks Prometheus), every one
+    selected, in the regex Grafana substitutes for a multi-value variable."""
+    values: dict[str, str] = {}
+    for var in dashboard_variables():
+        if var["type"] != "query":
+            continue
+        query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+        match = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query)
+        assert match, query
+        found = prom.label_values(match[2], substitute(match[1], values, "1m"))
+        assert found, f"variable {var['name']}: {query} has no values"
+        values[var["name"]] = found[0] if len(found) == 1 else "(" + "|".join(map(re.escape, found)) + ")"
+    return values
+
+
+def substitute(expr: str, variables: dict[str, str], rate_interval: str) -> str:
+    expr = expr.replace("$__rate_interval", rate_interval)
+    for name, value in sorted(variables.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace("${" + name + "}", value).replace("$" + name, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def panel_results(run: Run) -> dict[str, list[Result]]:
+    """Every panel's targets evaluated now, by panel title; rates over the whole run."""
+    variables = resolved_variables(run.prometheus)
+    window = f"{int(time.monotonic() - run.prometheus.started) + 5}s"
+    results: dict[str, list[Result]] = {}
+    for title, panel in titled_panels():
+        assert title not in results, f"two panels named {title}"
+        results[title] = [
+            run.prometheus.query(substitute(t["expr"], variables, window)) for t in panel["targets"]
+        ]
+    return results
+
+
+def titled_panels() -> Iterator[tuple[str, dict[str, Any]]]:
+    """("<row> / <title>", panel) for every panel but the rows (titles repeat across rows)."""
+    row = ""
+    for panel in dashboard_panels():
+        if panel["type"] == "row":
+            row = panel["title"]
+        else:
+            yield f"{row} / {panel['title']}", panel
+
+
+def by(result: Result, *labels: str) -> dict[tuple[str, ...], float]:
+    out = {}
+    for key, value in result.items():
+        named = dict(key)
+        out[tuple(named.get(label, "") for label in labels)] = value
+    return out
+
+
+def one(results: list[Result]) -> float:
+    ((only,),) = [list(r.values()) for r in results]
+    return only
+
+
+def all_zero(results: list[Result]) -> bool:
+    return all(v == 0 for r in results for v in r.values())
+
+
+def quantile_in_bucket(q: float, seconds: float) -> set[float]:
+    """histogram_quantile(q) of one observation of `seconds` (±1 s: the API's resolution), as
+    Prometheus interpolates it inside the bucket (linear from its lower bound)."""
+    answers = set()
+    for t in (seconds - 1, seconds, seconds + 1):
+        upper = next(b for b in SUBMIT_BUCKETS if t <= b)
+        lower = max((b for b in SUBMIT_BUCKETS if b < upper), default=0)
+        answers.add(round(lower + (upper - lower) * q, 6))
+    return answers
+
+
+# The panels checked only for a series: their values are timings or the process's own usage,
+# which no script implies.
+PRESENCE_ONLY = {
+    "Reconcile / Reconcile duration p99",
+    "Workqueues / Queue latency p99",
+    "Workqueues / Work duration p99",
+    "API server client / Request latency p99",
+    "API server client / Client-side throttling p99",
+    "Process / Memory",
+    "Process / CPU",
+    "Process / Open file descriptors",
+}
+
+
+def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]], Any]]:
+    """What each panel must show after the scripted run (a check raises, or returns falsy)."""
+    pods = cluster.get("pods", "-n", run.namespace)["items"]
+    jobs = cluster.get("jobs.batch", "-n", run.namespace)["items"]
+
+    def cached(results: list[Result]) -> bool:
+        counts = by(results[0], "resource")
+        assert counts[("torchrunjobs.torchrun.ai",)] == 1, counts
+        assert counts[("pods",)] == len(pods), (counts, [p["metadata"]["name"] for p in pods])
+        assert counts[("jobs.batch",)] == len(jobs), counts
+        return True
+
+    def submit_to_running(results: list[Result]) -> bool:
+        for q, result in zip((0.5, 0.9, 0.99), results, strict=True):
+            (value,) = result.values()
+            expected = quantile_in_bucket(q, run.submit_to_running)
+            assert round(value, 6) in expected, (q, value, run.submit_to_running, expected)
+        return True
+
+    def moved(*keys: tuple[str, ...], labels: tuple[str, ...]) -> Callable[[list[Result]], bool]:
+        def check(results: list[Result]) -> bool:
+            got = by(results[0], *labels)
+            assert all(got.get(k, 0) > 0 for k in keys), got
+            return True
+
+        return check
+
+    def present(results: list[Result]) -> bool:
+        # a verb with no request in the window is NaN (a gap in Grafana): one real value each
+        return all(any(not math.isnan(v) for v in r.values()) for r in results)
+
+    def at_most(bound: float) -> Callable[[list[Result]], bool]:
+        return lambda results: all(v <= bound for r in results for v in r.values())
+
+    checks: dict[str, Callable[[list[Result]], Any]] = {
+        "Overview / Leaders": lambda r: one(r) == 1,
+        "Overview / Replicas up": lambda r: one(r) == 1,
+        "Overview / Jobs running": lambda r: one(r) == 1,
+        "Overview / Jobs pending": lambda r: r == [{}],  # none pending: the sum of no series, "No data"
+        "Overview / Jobs by phase": lambda r: by(r[0], "phase") == {("Running",): 1},
+        "Overview / Jobs by queue": lambda r: by(r[0], "queue") == {(run.queue,): 1},
+        "Overview / Submit to running": submit_to_running,
+        "Training / Progress by job": lambda r: (
+            by(r[0], "exported_namespace", "exported_job") == {(run.namespace, run.job): STEP * 100 // TOTAL}
+        ),
+        "Training / Training step by rank": lambda r: (
+            by(r[0], "pod", "rank") == {(run_pod(cluster, run), "0"): STEP}
+        ),
+        "Training / Seconds since the step changed": lambda r: all(
+            0 <= v <= time.monotonic() - run.last_write + 2 for v in r[0].values()
+        ),
+        "Training / Progress reports by result": moved(("200",), labels=("result",)),
+        # a running job's reconciles end in a requeue: its progress is looked at every period
+        "Reconcile / Reconciles by result": moved(
+            ("torchrunjob", "requeue"), ("torchrunqueue", "success"), labels=("controller", "result")
+        ),
+        "Reconcile / Reconcile errors": all_zero,
+        "Reconcile / Busy workers": at_most(4),  # --threadiness
+        "Workqueues / Depth": at_most(1),  # drained, but for the job's progress requeue
+        "Workqueues / Adds": moved(("torchrunjob",), ("torchrunqueue",), labels=("name",)),
+        # client-go's retries count every AddAfter: the progress period's requeues
+        "Workqueues / Retries": moved(("torchrunjob",), labels=("name",)),
+        "Workqueues / Stuck work": at_most(5),
+        "API server client / Requests by verb and code": moved(
+            ("create", "201"), ("get", "200"), ("update/status", "200"), labels=("verb", "code")
+        ),
+        "API server client / Retries": all_zero,
+        "Informers and garbage collection / Relists": all_zero,
+        "Informers and garbage collection / Watch events": moved(
+            ("torchrunjobs.torchrun.ai", "MODIFIED"),
+            ("pods", "ADDED"),
+            ("jobs.batch", "ADDED"),
+            labels=("resource", "type"),
+        ),
+        "Informers and garbage collection / Cached objects": cached,
+        "Informers and garbage collection / GC deletions": all_zero,
+    }
+    checks.update({title: present for title in PRESENCE_ONLY})
+    return checks
+
+
+def run_pod(cluster: Cluster, run: Run) -> str:
+    return str(worker_pod(cluster, run.namespace, run.job)["metadata"]["name"])
+
+
+def test_every_panel_has_an_expectation(run: Run, cluster: Cluster) -> None:
+    titles = {title for title, _ in titled_panels()}
+    assert titles == set(check_panels(run, cluster)), titles ^ set(check_panels(run, cluster))
+
+
+def test_the_targets_are_up_and_the_variables_select_them(run: Run) -> None:
+    assert run.prometheus.targets_up() == {
+        "torchrun-controller-metrics": "up",
+        "torchrun-system/torchrun-training": "up",
+    }
+    assert resolved_variables(run.prometheus) == {
+        "namespace": "torchrun-system",
+        "job": "torchrun-controller-metrics",
+        "job_namespace": run.namespace,
+    }
+
+
+def test_every_panel_shows_what_the_scripted_run_implies(run: Run, cluster: Cluster) -> None:
+    results = panel_results(run)
+    checks = check_panels(run, cluster)
+    wrong = {}
+    for title, result in results.items():
+        try:
+            ok, why = bool(checks[title](result)), ""
+        except (AssertionError, LookupError) as exc:
+            ok, why = False, repr(exc)
+        if not ok:
+            wrong[title] = f"{result} {why}"
+    assert not wrong, json.dumps(wrong, indent=1)
+
+
+def test_a_renamed_metric_leaves_its_panel_empty(run: Run) -> None:
+    """What the check above relies on: a query naming a series nobody exports answers nothing."""
+    assert run.prometheus.query('sum(torchrun_jobs_total{phase="Running"})') == {}
+    assert run.prometheus.query('sum(torchrun_jobs{phase="Running"})') == {(): 1.0}
