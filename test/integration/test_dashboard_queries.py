@@ -259,7 +259,11 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
         )
         prom = stack.enter_context(prometheus(workdir, [*scrape, pod_scrape]))
         # scraped before the job exists, so its first observations show as increases
-        wait_until(lambda: prom.query("sum(up)") == {(): 1.0}, 30, message="a first scrape")
+        wait_until(
+            lambda: prom.query("sum(up)") == {(): 1.0},
+            30,
+            message="the controller scraped (the ServiceMonitor's derived port and path reach /metrics)",
+        )
         make_job(
             cluster, ns, queue, job, numNodes=1,
             progress={"stallTimeoutSeconds": 10, "onStall": "Restart"}, failurePolicy={"maxRestarts": 3},
