@@ -1,10 +1,11 @@
 """The shipped Grafana dashboard, run: Debian's Prometheus scrapes the controller program (leader
 election, the progress endpoint, --progress-job-metrics) and a real reporter sidecar process,
 with scrape configs derived from config/prometheus's ServiceMonitor and PodMonitor
-(test/monitoring.py), while a scripted job runs: it starts, its rank reports five steps and then
-falls silent (heartbeats only), is Stalled and restarted once (onStall Restart), and the new
-attempt's rank reports step 40 of 100. Then every panel query of the dashboard — its variables
-resolved as Grafana resolves them, against the same Prometheus — returns what that run implies.
+(test/monitoring.py; the processes are test/integration/scraping.py's), while a scripted job
+runs: it starts, its rank reports five steps and then falls silent (heartbeats only), is Stalled
+and restarted once (onStall Restart), and the new attempt's rank reports step 40 of 100. Then
+every panel query of the dashboard — its variables resolved as Grafana resolves them, against the
+same Prometheus — returns what that run implies.
 
 Rates are checked as moved or not (the script implies a count, Prometheus' rate() extrapolates
 it); latencies, CPU and memory only for presence (see PRESENCE_ONLY). A panel with no
@@ -16,15 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -32,7 +26,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-import yaml
 from jobs import make_job, queue_manifest
 from monitoring import (
     config_object,
@@ -40,10 +33,10 @@ from monitoring import (
     dashboard_variables,
     pod_monitor_job,
     pod_monitor_targets,
-    prometheus_tool,
     service_monitor_scrape,
 )
-from testbed import REPO, Cluster, condition, controller_program, wait_until
+from scraping import Prometheus, Result, free_port, pod_token, prometheus, reporter
+from testbed import Cluster, condition, controller_program, wait_until
 
 from controller.rest import RESTClient, load_config
 
@@ -52,122 +45,6 @@ IDENTITY = "torchrun-controller-0"  # the leader's identity: the pod name its ta
 STEPS_BEFORE_STALL = 5
 STEP, TOTAL = 40, 100
 SUBMIT_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)  # ControllerMetrics.submit_to_running
-Result = dict[tuple[tuple[str, str], ...], float]  # a query's answer: labels → value
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Prometheus(NamedTuple):
-    url: str
-    pod_targets: Path  # the PodMonitor's targets (file_sd): rewritten when the worker pod changes
-    started: float
-
-    def query(self, expr: str) -> Result:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            answer = json.load(resp)
-        assert answer["status"] == "success", answer
-        data = answer["data"]
-        if data["resultType"] == "scalar":
-            return {(): float(data["result"][1])}
-        return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}
-
-    def label_values(self, label: str, match: str) -> list[str]:
-        url = f"{self.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return sorted(json.load(resp)["data"])
-
-    def targets_up(self) -> dict[str, str]:
-        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as resp:
-            active = json.load(resp)["data"]["activeTargets"]
-        return {t["labels"]["job"]: t["health"] for t in active}
-
-
-@contextlib.contextmanager
-def prometheus(workdir: Path, scrape_configs: list[dict[str, Any]]) -> Iterator[Prometheus]:
-    """Debian's prometheus on a free port with a fresh data directory, scraping `scrape_configs`
-    and the PodMonitor's targets file (empty at first)."""
-    pod_targets = workdir / "pod-targets.json"
-    pod_targets.write_text("[]")
-    config = {
-        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
-        "scrape_configs": scrape_configs,
-    }
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    command = [
-        str(prometheus_tool("prometheus")),
-        f"--config.file={workdir / 'prometheus.yml'}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with open(workdir / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _ready(url), 30, message=f"prometheus ready (log: {workdir / 'prometheus.log'})")
-        yield Prometheus(url, pod_targets, time.monotonic())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-class Reporter(NamedTuple):
-    """A real reporter sidecar process (`python -m controller.progress.reporter`) for one pod."""
-
-    pod: dict[str, Any]
-    address: str
-    progress_file: Path
-    proc: subprocess.Popen[bytes]
-
-    def write(self, step: int, total: int) -> None:
-        with open(self.progress_file, "a") as f:
-            f.write(json.dumps({"step": step, "total_steps": total, "loss": 2.0 / step}) + "\n")
-
-
-@contextlib.contextmanager
-def reporter(pod: dict[str, Any], url: str, token: str, workdir: Path) -> Iterator[Reporter]:
-    name = pod["metadata"]["name"]
-    (workdir / f"{name}.token").write_text(token)
-    address = f"127.0.0.1:{free_port()}"
-    env = {
-        **os.environ,
-        "TORCHRUN_PROGRESS_FILE": str(workdir / f"{name}.jsonl"),
-        "TORCHRUN_PROGRESS_TOKEN_FILE": str(workdir / f"{name}.token"),
-        "TORCHRUN_PROGRESS_URL": url,
-        "TORCHRUN_JOB_NAME": pod["metadata"]["labels"]["torchrun-job-name"],
-        "TORCHRUN_REPORTER_ADDRESS": address,
-        "JOB_COMPLETION_INDEX": "0",
-    }
-    with open(workdir / f"{name}.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.progress.reporter"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-    try:
-        yield Reporter(pod, address, workdir / f"{name}.jsonl", proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Run(NamedTuple):
@@ -177,7 +54,6 @@ class Run(NamedTuple):
     queue: str
     job: str
     submit_to_running: float  # seconds, at the API's one-second resolution
-    controller_pid: int
     prometheus: Prometheus
     last_write: float  # monotonic time of the last progress line written
 
@@ -195,23 +71,39 @@ def worker_pod(cluster: Cluster, ns: str, job: str, not_uids: frozenset[str] = f
     return found
 
 
-def pod_token(rest: RESTClient, pod: dict[str, Any]) -> str:
-    """The token the kubelet projects into the sidecar: bound to the pod, for the controller."""
-    meta = pod["metadata"]
-    spec = {
-        "audiences": ["torchrun-controller"],
-        "expirationSeconds": 600,
-        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]},
-    }
-    sa = pod["spec"].get("serviceAccountName") or "default"
-    path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{sa}/token"
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    return str(rest.request("create", "POST", path, "serviceaccounts/token", body=body)["status"]["token"])
-
-
 def seconds_between(earlier: str, later: str) -> float:
     parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
     return (parse(later) - parse(earlier)).total_seconds()
+
+
+def scrape_configs(metrics_port: int, workdir: Path) -> list[dict[str, Any]]:
+    """The ServiceMonitor's scrape config, its target the controller program's metrics port
+    standing for the Deployment's pod, and the PodMonitor's, its targets in the file
+    `Prometheus.set_file_targets` writes (the worker pod changes with each attempt)."""
+    deployment = config_object("Deployment", "manager")
+    controller_pod = {"metadata": {"name": IDENTITY, **deployment["spec"]["template"]["metadata"]}}
+    controller_pod["spec"] = deployment["spec"]["template"]["spec"]
+    services = [config_object("Service", "manager", name="torchrun-controller-metrics")]
+    monitor = config_object("ServiceMonitor", "prometheus")
+    scrape = service_monitor_scrape(
+        monitor, services, controller_pod, {"metrics": f"127.0.0.1:{metrics_port}"}, SCRAPE
+    )
+    pods = pod_monitor_job(config_object("PodMonitor", "prometheus"), SCRAPE)
+    pods["file_sd_configs"] = [{"files": [str(workdir / "file-targets.json")], "refresh_interval": SCRAPE}]
+    return [*scrape, pods]
+
+
+def submit_to_running(cluster: Cluster, ns: str, job: str) -> float:
+    """Seconds from the job's creation to its Running=True (the API's one-second resolution)."""
+
+    def running() -> dict[str, Any] | None:
+        obj = cluster.get("torchrunjob", job, "-n", ns)
+        found = condition(obj, "Running")
+        return obj if found and found["status"] == "True" else None
+
+    obj = wait_until(running, 60, message="Running")
+    since = (condition(obj, "Running") or {})["lastTransitionTime"]
+    return seconds_between(obj["metadata"]["creationTimestamp"], since)
 
 
 @pytest.fixture(scope="module")
@@ -231,24 +123,9 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
         "--progress-period=1",
         "--progress-job-metrics",
     )
-    deployment = config_object("Deployment", "manager")
-    controller_pod = {"metadata": {"name": IDENTITY, **deployment["spec"]["template"]["metadata"]}}
-    controller_pod["spec"] = deployment["spec"]["template"]["spec"]
-    services = [config_object("Service", "manager", name="torchrun-controller-metrics")]
-    scrape = service_monitor_scrape(
-        config_object("ServiceMonitor", "prometheus"), services, controller_pod,
-        {"metrics": f"127.0.0.1:{metrics_port}"}, SCRAPE,
-    )  # fmt: skip
-    pod_monitor = config_object("PodMonitor", "prometheus")
-    pod_scrape = pod_monitor_job(pod_monitor, SCRAPE)
-    pod_scrape["file_sd_configs"] = [
-        {"files": [str(workdir / "pod-targets.json")], "refresh_interval": SCRAPE}
-    ]
     progress_url = f"https://127.0.0.1:{progress_port}/v1/progress"
     with contextlib.ExitStack() as stack:
-        program = stack.enter_context(
-            controller_program(cluster.kubeconfig, ns, workdir / "controller.log", *flags)
-        )
+        stack.enter_context(controller_program(cluster.kubeconfig, ns, workdir / "controller.log", *flags))
         wait_until(
             lambda: (
                 cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
@@ -257,7 +134,7 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
             60,
             message="the controller to lead",
         )
-        prom = stack.enter_context(prometheus(workdir, [*scrape, pod_scrape]))
+        prom = stack.enter_context(prometheus(workdir, scrape_configs(metrics_port, workdir), SCRAPE))
         # scraped before the job exists, so its first observations show as increases
         wait_until(
             lambda: prom.query("sum(up)") == {(): 1.0},
@@ -269,19 +146,7 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
             progress={"stallTimeoutSeconds": 10, "onStall": "Restart"}, failurePolicy={"maxRestarts": 3},
         )  # fmt: skip
         first = worker_pod(cluster, ns, job)
-        obj = wait_until(
-            lambda: (
-                o
-                if (c := condition(o := cluster.get("torchrunjob", job, "-n", ns), "Running"))
-                and c["status"] == "True"
-                else None
-            ),
-            60,
-            message="Running",
-        )
-        running = condition(obj, "Running")
-        assert running is not None
-        submit = seconds_between(obj["metadata"]["creationTimestamp"], running["lastTransitionTime"])
+        submit = submit_to_running(cluster, ns, job)
         # attempt 0: five steps, then silence but for the heartbeats: Stalled, restarted once
         with reporter(first, progress_url, pod_token(rest, first), workdir) as rank0:
             for step in range(1, STEPS_BEFORE_STALL + 1):
@@ -297,9 +162,8 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
         for step in range(1, STEP + 1):
             rank0.write(step, TOTAL)
         last_write = time.monotonic()
-        tmp = prom.pod_targets.with_suffix(".tmp")
-        tmp.write_text(json.dumps(pod_monitor_targets(pod_monitor, [(second, rank0.address)], "progress")))
-        tmp.rename(prom.pod_targets)
+        pod_monitor = config_object("PodMonitor", "prometheus")
+        prom.set_file_targets(pod_monitor_targets(pod_monitor, [(second, rank0.address)], "progress"))
 
         def settled() -> bool:
             percent = prom.query(f'torchrun_job_progress_percent{{exported_job="{job}"}}')
@@ -307,7 +171,7 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
             return list(percent.values()) == [STEP * 100 // TOTAL] and list(steps.values()) == [STEP]
 
         wait_until(settled, 60, interval=0.5, message="Prometheus to have scraped step 40 from both")
-        yield Run(ns, queue, job, submit, program.pid, prom, last_write)
+        yield Run(ns, queue, job, submit, prom, last_write)
     cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
     cluster.delete_namespace(ns)
 
