@@ -32,7 +32,7 @@ from controller.metrics.registry import ControllerMetrics
 from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.progress.endpoint import report_counter
 from controller.progress.record import Record
-from controller.progress.reporter import Latest, metric_lines
+from controller.progress.sidecar.server import Latest, metric_lines
 from controller.torchrunjob.metrics import JobsCollector, ProgressCollector
 
 CONFIG = REPO / "config"

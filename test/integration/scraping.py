@@ -1,7 +1,7 @@
 """Local processes for the tests that run the shipped monitoring: Debian's Prometheus on a free
 port with a fresh data directory, and a real reporter sidecar (`python -m
-controller.progress.reporter`) for one worker pod, pushing with the token the kubelet would
-project. Both are stopped on exit."""
+controller.progress.sidecar.reporter`) for one worker pod, pushing with the token the kubelet
+would project. Both are stopped on exit."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _ready(url: str) -> bool:
 
 
 class Reporter(NamedTuple):
-    """A real reporter sidecar process (`python -m controller.progress.reporter`) for one pod."""
+    """A real reporter sidecar process (`python -m controller.progress.sidecar.reporter`) for one pod."""
 
     pod: dict[str, Any]
     address: str
@@ -133,7 +133,7 @@ def reporter(pod: dict[str, Any], url: str, token: str, workdir: Path) -> Iterat
     }
     with open(workdir / f"{name}.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.progress.reporter"],
+            [sys.executable, "-m", "controller.progress.sidecar.reporter"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
