@@ -30,6 +30,10 @@ lint-imports .importlinter
 # etcd 3.5 (v2 API) and the torchruns the launch is checked against (test_torchrun_compat.py)
 "$HACK_DIR/testbed/build-etcd-v2.sh" >/dev/null
 "$HACK_DIR/testbed/torchrun-versions.sh" >/dev/null
+# Debian's Prometheus and promtool (the alert rules' tests, the dashboard's queries run for real) and
+# Grafana's published dashboard schema with TypeScript's compiler (test_dashboard_schema.py), from npm
+"$HACK_DIR/testbed/build-prometheus.sh" >/dev/null
+"$HACK_DIR/testbed/build-grafana-schema.sh" >/dev/null
 "$HACK_DIR/testbed/build-image.sh" >/dev/null || log "image not built: test/integration/test_image.py fails and says why"
 # the real node: kubelet, CoreDNS, the pause image, and the images it runs (controller, torch)
 "$HACK_DIR/testbed/build-realnode.sh" >/dev/null \
