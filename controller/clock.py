@@ -20,6 +20,12 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 
 
+def utc_now_precise() -> datetime:
+    """Wall-clock now in UTC to the microsecond: for times that are differenced, never compared
+    with the API's (when a progress report arrived; the goodput ledger's clock)."""
+    return datetime.now(timezone.utc)
+
+
 class Clock(Protocol):
     def now(self) -> float:
         """Monotonic seconds; only differences are meaningful."""

@@ -14,8 +14,9 @@ written queue on a slow CI core); a controller that needs less can cache the par
 Everything here is pure: no I/O and no `kubernetes` imports, so any layer may use it. The modules:
 - the kinds: `torchrunqueue` and `torchrunjob`, with the parts they share (`core`), where a job's
   code comes from (`workspace`), its volumes (`storage`), how its processes find each other
-  (`distributed`), its progress and checkpoints (`progress`, `checkpoint`), and how big it is on
-  its queue (`topology`); `quantity` (resource quantities), `conditions` (metav1.Condition);
+  (`distributed`), its progress and checkpoints (`progress`, `checkpoint`), its goodput ledger
+  (`goodput`), and how big it is on its queue (`topology`); `quantity` (resource quantities),
+  `conditions` (metav1.Condition);
 - the vocabulary: `groupversion` (group, version, kinds), `labels` (labels and annotations we
   write), `reasons` (every condition and Event reason), `resources` (the kinds' REST descriptors);
 - the machinery: `fields` (a field's JSON name, doc and checks), `fielderrors`, `codec` (raw JSON
@@ -37,6 +38,7 @@ from controller.api.conditions import (
 from controller.api.core import EnvVar, LocalObjectReference, ObjectMeta, Overridable, Toleration
 from controller.api.distributed import Backend, Distributed, Elastic, RdzvBackend
 from controller.api.fielderrors import FieldError, InvalidObjectError
+from controller.api.goodput import Goodput, GoodputSeconds
 from controller.api.groupversion import (
     API_VERSION,
     CATEGORY,
@@ -133,6 +135,8 @@ __all__ = [
     "FailurePolicy",
     "FieldError",
     "GitSource",
+    "Goodput",
+    "GoodputSeconds",
     "InvalidObjectError",
     "JobConditionType",
     "JobOverrides",

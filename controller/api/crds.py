@@ -52,6 +52,9 @@ JOB_COLUMNS = (
     _column("Phase", "string", ".status.phase", "Pending, Syncing, Running, Succeeded, Failed or Suspended."),
     _column("Restarts", "integer", ".status.restarts", "Whole-job restarts."),
     _column("Progress", "string", ".status.progress.summary", "Percent done, else the last step reported."),
+    _column(
+        "Goodput", "string", ".status.goodput.summary", "Wall time since admission that advanced training."
+    ),
     _AGE,
     _column("Ready", "integer", ".status.workers.ready", "Worker pods ready.", priority=1),
     _column("Command", "string", ".spec.command", "What the job runs.", priority=1),

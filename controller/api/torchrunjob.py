@@ -51,6 +51,7 @@ from controller.api.core import (
 )
 from controller.api.distributed import MAX_NODES, Distributed, Elastic
 from controller.api.fields import Rule, api, cel
+from controller.api.goodput import Goodput
 from controller.api.progress import Progress, ProgressPolicy
 from controller.api.workspace import SeedVolumes, Workspace
 
@@ -401,6 +402,13 @@ class TorchrunJobStatus:
     checkpoint: CheckpointStatus | None = field(
         default=None,
         metadata=api("The checkpoints the current attempt's workers found when they started."),
+    )
+    goodput: Goodput | None = field(
+        default=None,
+        metadata=api(
+            "The share of wall time since the job was admitted that advanced training for good, "
+            "the rest by cause (controller/torchrunjob/goodput.py)."
+        ),
     )
 
 

@@ -227,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-job-metrics",
         action="store_true",
-        help="export torchrun_job_progress_percent{namespace,job} (one series per running job)",
+        help="export torchrun_job_progress_percent{namespace,job} and torchrun_job_goodput_ratio / "
+        "_seconds{namespace,job[,cause]} (series per job)",
     )
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument("--log-format", choices=("json", "console"), default="json")

@@ -35,7 +35,7 @@ import structlog
 from prometheus_client import Counter
 
 from controller.cache import Lister
-from controller.clock import utc_now
+from controller.clock import utc_now_precise
 from controller.httpserve import Listener
 from controller.progress.identity import Refusal, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
@@ -102,6 +102,7 @@ class ProgressEndpoint(Listener):
             request.close_connection = True  # its body stays unread
             return 413, f"a report is at most {MAX_BODY} bytes, with its Content-Length"
         raw = request.rfile.read(length)  # read before any answer: unread data makes a reset
+        now = utc_now_precise()  # the report's age is told as of now, not after its token review
         if request.path.split("?", 1)[0] != PATH:
             return 404, f"not found: POST {PATH}"
         if not self.accepting():
@@ -126,7 +127,6 @@ class ProgressEndpoint(Listener):
         if isinstance(reporter, Refusal):
             self.refusals.said(reporter.status, reporter.message)
             return reporter.status, reporter.message
-        now = utc_now()
         if self.store.report(
             reporter.key,
             job_uid=reporter.job_uid,

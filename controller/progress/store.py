@@ -115,9 +115,13 @@ class ProgressStore:
             previous = entry.ranks.get(rank)
             if previous is None and len(entry.ranks) >= MAX_RANKS:
                 return False
-            if previous is not None and changed_at - previous.changed_at < JITTER:
+            if previous is not None and (
+                changed_at < previous.changed_at
+                or (record == previous.record and changed_at - previous.changed_at < JITTER)
+            ):
                 # the same change told again (its age measured over a network), or a late report:
-                # the time of a change never moves back, nor by a network's jitter
+                # the time of a change never moves back, nor by a network's jitter; a new record
+                # is dated as told (the goodput ledger reads its step's time)
                 changed_at = previous.changed_at
             entry.ranks[rank] = RankReport(record, changed_at, now)
             if record.step is not None:

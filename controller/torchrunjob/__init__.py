@@ -11,7 +11,7 @@
   `starting` reads), `progress` (the reports → `status.progress`, `Progressing`, a stall);
 - the pure decisions: `admission` (may the job run on its queue), `lifecycle` (deadline, TTL,
   finished, restart or fail), `status`, `starting` (why workers do not run yet), `checkpoints`
-  (`status.checkpoint`);
+  (`status.checkpoint`), `goodput` (the `status.goodput` ledger folded at each status write);
 - what the user reads: `reporter` (the status, written once per pass, and Events), `metrics`;
 - `manifests/`: the pure builders, spec in, manifest out.
 """

@@ -20,7 +20,9 @@ seconds for more, so pods starting together cost a write per batch, not one per 
 `Result(requeue=True)`; nothing is requeued at once after our own writes (their watch events bring
 the key back); a pass that finds the cached job still at the version our last status write
 replaced (a child's event came first) ends at once: it would decide on a status we replaced and
-conflict with our own write. Invalid specs become a condition and are not retried.
+conflict with our own write. A status that is written carries `status.goodput` folded forward
+(`goodput.py`, from the attempt's newest step observation: `ProgressStep.point`). Invalid specs
+become a condition and are not retried.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from controller.api import JobConditionType as C
 from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
 from controller.cache import Lister
-from controller.clock import utc_now
+from controller.clock import utc_now, utc_now_precise
 from controller.meta import Obj
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
@@ -150,8 +152,10 @@ class TorchrunJobReconciler:
             held = updater.hold_counts(time.monotonic(), COUNTS_BATCH) if p.routine_only() else None
             if held is not None:
                 p.timer(held)
-            elif self.reporter.write(raw, p):
-                updater.status_written(version)
+            else:
+                p.fold_goodput(utc_now_precise())  # only into a status written anyway
+                if self.reporter.write(raw, p):
+                    updater.status_written(version)
         if p.requeue:
             return Result(requeue=True)
         return Result(requeue_after=min(p.timers)) if p.timers else None
@@ -175,6 +179,7 @@ class TorchrunJobReconciler:
             return
         attempt = self.take(job, p, self.workers.ensure(job, admission, p.status, etcd.value, updater))
         if attempt is not None:
+            p.point = self.progress.point(job, attempt.value.job, p.status.restarts)
             self.take(job, p, self.observe(raw, job, attempt.value, p.status, p.now, updater))
 
     def take(self, job: TorchrunJob, p: st.StatusUpdate, answer: Step[T]) -> Proceed[T] | None:

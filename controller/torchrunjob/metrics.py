@@ -1,6 +1,7 @@
 """`torchrun_jobs{phase,queue}` (TorchrunJobs by phase and queue) and, optionally,
-`torchrun_job_progress_percent{namespace,job}`: read from the informer cache at scrape time —
-always current, and no bookkeeping on the reconcile path."""
+`torchrun_job_progress_percent{namespace,job}`, `torchrun_job_goodput_ratio{namespace,job}` and
+`torchrun_job_goodput_seconds{namespace,job,cause}` (`status.goodput`): read from the informer
+cache at scrape time — always current, and no bookkeeping on the reconcile path."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ class JobsCollector(Collector):
 
 class ProgressCollector(Collector):
     """`torchrun_job_progress_percent{namespace,job}`: status.progress.percent of each job that
-    has one (behind --progress-job-metrics: a series per job is a cardinality to choose)."""
+    has one, and each job's `status.goodput` — its fraction and its seconds by cause (`good` and
+    the five causes of `GoodputSeconds`: a bounded set) — behind --progress-job-metrics: a series
+    per job is a cardinality to choose."""
 
     def __init__(self, jobs: Lister) -> None:
         self.jobs = jobs
@@ -49,3 +52,32 @@ class ProgressCollector(Collector):
                 meta = job["metadata"]
                 family.add_metric([meta.get("namespace", ""), meta["name"]], percent)
         yield family
+        yield from goodput_families(self.jobs)
+
+
+def goodput_families(jobs: Lister) -> Iterator[GaugeMetricFamily]:
+    """Each job's status.goodput: the fraction of its counted wall time that was good, and the
+    seconds by cause."""
+    ratio = GaugeMetricFamily(
+        "torchrun_job_goodput_ratio",
+        "Fraction of the wall time since admission that advanced training for good (status.goodput).",
+        labels=["namespace", "job"],
+    )
+    seconds = GaugeMetricFamily(
+        "torchrun_job_goodput_seconds",
+        "Wall time since admission by what it went to: good, or the cause of the loss.",
+        labels=["namespace", "job", "cause"],
+    )
+    for job in jobs.list():
+        ledger = (job.get("status") or {}).get("goodput") or {}
+        by_cause = ledger.get("seconds") or {}
+        total = sum(v for v in by_cause.values() if isinstance(v, (int, float)))
+        if total <= 0:
+            continue
+        labels = [job["metadata"].get("namespace", ""), job["metadata"]["name"]]
+        ratio.add_metric(labels, float(by_cause.get("good") or 0) / total)
+        for cause, value in sorted(by_cause.items()):
+            if isinstance(value, (int, float)):
+                seconds.add_metric([*labels, cause], value)
+    yield ratio
+    yield seconds

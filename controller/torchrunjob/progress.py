@@ -66,6 +66,7 @@ from controller.progress.stall import RankState, Startup, decide, starting
 from controller.progress.store import JobView, ProgressStore, SavedAt
 from controller.progress.summary import progress_of
 from controller.torchrunjob import status as st
+from controller.torchrunjob.goodput import Point
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.manifests.worker import CONTAINER
 from controller.torchrunjob.steps import PROCEED, Decision, Observed, Proceed
@@ -192,6 +193,20 @@ class ProgressStep:
         started = workers_started(pods, nodes) if isinstance(nodes, int) else None
         stepped_at = shown.update_time if shown is not None and shown.step is not None else None
         return starting(ranks, nodes or 0, timeout, now, started, stepped_at)
+
+    def point(self, job: TorchrunJob, worker_job: Obj, restarts: int) -> Point | None:
+        """The attempt's highest step reported and when a rank first reached it (the reporters'
+        own dating: `store.record`), for the goodput ledger (None: no step reported)."""
+        view = None if self.store is None else self.store.view(job.key, restarts)
+        if view is None or view.job_uid != job.metadata.uid or view.attempt != worker_job["metadata"]["uid"]:
+            return None
+        steps = [
+            (rep.record.step, rep.changed_at) for rep in view.ranks.values() if rep.record.step is not None
+        ]
+        if not steps:
+            return None
+        top = max(step for step, _ in steps)
+        return Point(top, min(at for step, at in steps if step == top))
 
     def publish(
         self, key: str, desired: Progress | None, shown: Progress | None, now: datetime, final: bool = False

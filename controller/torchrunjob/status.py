@@ -31,6 +31,7 @@ from controller.cache import thaw
 from controller.meta import controller_of
 from controller.pods import is_live, is_ready
 from controller.progress.eta import while_running
+from controller.torchrunjob import goodput
 from controller.torchrunjob.manifests.worker import CONTAINER
 from controller.torchrunjob.steps import Decision, Observed
 
@@ -179,7 +180,8 @@ class StatusUpdate:
     Pure: it only records what the steps returned. `cond` keeps `lastTransitionTime` unless the
     status differs from the stored one (see `set_condition`), however often the pass sets it;
     `timers` are delays in seconds after which the job must be looked at again (TTL, deadline,
-    a claim's bind deadline); `requeue` asks for a rate-limited retry (a name conflict).
+    a claim's bind deadline); `requeue` asks for a rate-limited retry (a name conflict); `point`
+    is the current attempt's newest step observation, for `fold_goodput`.
     """
 
     def __init__(self, job: TorchrunJob, now: datetime) -> None:
@@ -188,6 +190,7 @@ class StatusUpdate:
         self.status: TorchrunJobStatus = job.status
         self.timers: list[float] = []
         self.requeue = False
+        self.point: goodput.Point | None = None
 
     def cond(self, type_: str, status: ConditionStatus | bool, reason: str, message: str) -> None:
         conds = set_condition(
@@ -242,6 +245,30 @@ class StatusUpdate:
 
         conditions = tuple(as_stored(c) for c in final.conditions)
         return dataclasses.replace(final, workers=stored.workers, conditions=conditions) == stored
+
+    def fold_goodput(self, now: datetime) -> None:
+        """Fold what the pass saw into `status.goodput` (`goodput.fold`) at `now` (to the
+        microsecond: the pass's own `now` is whole seconds) — only when the status is to be
+        written anyway: the ledger never costs a write of its own."""
+        final = self.final()
+        if final == self.job.status:
+            return
+        s = self.status
+        newest = s.checkpoint.newest if s.checkpoint is not None else None
+        progressing = find_condition(s.conditions, JobConditionType.PROGRESSING)
+        seen = goodput.Seen(
+            admitted=s.start_time is not None,
+            running=final.phase is JobPhase.RUNNING,
+            suspended=final.phase is JobPhase.SUSPENDED,
+            finished=final.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED),
+            restarts=s.restarts,
+            stalled=progressing is not None
+            and progressing.status is ConditionStatus.FALSE
+            and progressing.reason in (Reason.STALLED, Reason.STARTUP_STALLED),
+            saved_step=newest.step if newest is not None else None,
+            point=self.point,
+        )
+        self.set(goodput=goodput.fold(s.goodput, seen, now))
 
     def final(self) -> TorchrunJobStatus:
         """The status to write: phase summarised from the conditions, generation observed, an ETA

@@ -203,7 +203,7 @@ def test_printer_columns_show_what_the_controller_wrote(
 
         plain = crds.kubectl("get", "tj", "-n", namespace).stdout
         assert plain.splitlines()[0].split() == [
-            "NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE"
+            "NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "GOODPUT", "AGE"
         ]  # fmt: skip
         plain = crds.kubectl("get", "tq", ok).stdout
         assert plain.splitlines()[0].split() == ["NAME", "GPUS/NODE", "SCHEDULER", "READY", "JOBS", "AGE"]
@@ -225,6 +225,7 @@ def test_printer_columns_show_what_the_controller_wrote(
                 "PHASE": cell(status.get("phase")),
                 "RESTARTS": cell(status.get("restarts")),
                 "PROGRESS": cell((status.get("progress") or {}).get("summary")),  # these never report
+                "GOODPUT": cell((status.get("goodput") or {}).get("summary")),  # so they show none
                 "AGE": job_rows[name]["AGE"],
                 "READY": cell(status.get("workers", {}).get("ready")),
                 "COMMAND": obj["spec"]["command"],

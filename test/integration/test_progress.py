@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
-import socket
 import ssl
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -35,6 +31,7 @@ import audit
 import pytest
 from cryptography import x509
 from jobs import make_job, queue_manifest
+from reports import Replica, answers, free_port, post, replica, report, token, worker_pod
 from testbed import Cluster, condition, controller_program, wait_until
 
 from controller.plugin.console import Console
@@ -43,12 +40,6 @@ from controller.progress.tls import self_signed
 from controller.rest import RESTClient, load_config
 
 PERIOD = 3.0  # --progress-period of both replicas
-AUDIENCE = "torchrun-controller"
-
-
-class Replica(NamedTuple):
-    identity: str
-    url: str
 
 
 class Bed(NamedTuple):
@@ -57,12 +48,6 @@ class Bed(NamedTuple):
     leader: Replica
     standby: Replica
     rest: RESTClient
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +62,7 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     )
     logs = tmp_path_factory.mktemp("progress")
     with contextlib.ExitStack() as stack:
-        leader = stack.enter_context(_replica(cluster, ns, logs, "replica-a"))
+        leader = stack.enter_context(replica(cluster, ns, logs, "replica-a", PERIOD))
         wait_until(
             lambda: (
                 cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
@@ -86,91 +71,11 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
             30,
             message="replica-a to lead",
         )
-        standby = stack.enter_context(_replica(cluster, ns, logs, "replica-b"))
-        wait_until(lambda: _answers(standby.url), 30, message="replica-b to serve its endpoint")
+        standby = stack.enter_context(replica(cluster, ns, logs, "replica-b", PERIOD))
+        wait_until(lambda: answers(standby.url), 30, message="replica-b to serve its endpoint")
         yield Bed(ns, queue, leader, standby, RESTClient(load_config(str(cluster.kubeconfig))))
     cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
     cluster.delete_namespace(ns)
-
-
-@contextlib.contextmanager
-def _replica(cluster: Cluster, ns: str, logs: Path, identity: str) -> Iterator[Replica]:
-    """One controller process with leader election and the progress endpoint on a free port."""
-    port = free_port()
-    flags = (
-        "--leader-elect",
-        f"--leader-elect-namespace={ns}",
-        f"--leader-elect-identity={identity}",
-        f"--progress-bind-address=127.0.0.1:{port}",
-        f"--progress-period={PERIOD}",
-    )
-    with controller_program(cluster.kubeconfig, ns, logs / f"{identity}.log", *flags):
-        yield Replica(identity, f"https://127.0.0.1:{port}/v1/progress")
-
-
-def _answers(url: str) -> bool:
-    try:
-        post(url, None, {})
-    except OSError:
-        return False
-    return True
-
-
-def post(url: str, token: str | None, body: dict[str, Any]) -> tuple[int, str]:
-    """POST a report as the reporter does (the test bed's endpoint is self-signed: not verified)."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())["message"]
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())["message"]
-
-
-def token(bed: Bed, pod: dict[str, Any] | None, audience: str = AUDIENCE) -> str:
-    """A token of the pod's service account, bound to the pod (TokenRequest: what the kubelet
-    projects into the sidecar); without a pod, bound to nothing."""
-    spec: dict[str, Any] = {"audiences": [audience], "expirationSeconds": 600}
-    sa = "default"
-    if pod is not None:
-        meta = pod["metadata"]
-        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
-        sa = pod["spec"].get("serviceAccountName") or "default"
-    path = f"/api/v1/namespaces/{bed.namespace}/serviceaccounts/{sa}/token"
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    answer = bed.rest.request("create", "POST", path, "serviceaccounts/token", body=body)
-    return str(answer["status"]["token"])
-
-
-def report(job: str, step: int, total: int = 100, age: float = 0.0) -> dict[str, Any]:
-    return {
-        "job": job,
-        "record": {"step": step, "total_steps": total, "loss": 1.5},
-        "secondsSinceChange": age,
-    }
-
-
-def worker_pod(cluster: Cluster, ns: str, job: str, index: int = 0) -> dict[str, Any]:
-    """The running worker pod of `job`'s node `index` (waits for it)."""
-
-    def running() -> dict[str, Any] | None:
-        selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
-        for pod in cluster.get("pods", "-n", ns, "-l", selector)["items"]:
-            index_of = pod["metadata"].get("annotations", {}).get("batch.kubernetes.io/job-completion-index")
-            if (
-                index_of == str(index)
-                and pod["status"].get("phase") == "Running"
-                and not pod["metadata"].get("deletionTimestamp")
-            ):
-                return dict(pod)
-        return None
-
-    found: dict[str, Any] = wait_until(running, 60, message=f"{job}'s worker {index} running")
-    return found
 
 
 def job_status(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
@@ -449,7 +354,7 @@ def test_a_progress_cert_dir_replaced_while_running_is_served(
     flags = (f"--progress-bind-address=127.0.0.1:{port}", f"--progress-cert-dir={certs}")
     url = f"https://127.0.0.1:{port}/v1/progress"
     with controller_program(cluster.kubeconfig, namespace, tmp_path / "controller.log", *flags):
-        wait_until(lambda: _answers(url), 30, message="the endpoint to serve")
+        wait_until(lambda: answers(url), 30, message="the endpoint to serve")
         assert served(port) == "CN=first"
         os.symlink("..second", certs / "..data_tmp")
         os.replace(certs / "..data_tmp", certs / "..data")  # the kubelet's atomic update

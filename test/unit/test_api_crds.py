@@ -81,7 +81,7 @@ def test_names_scope_subresource_and_columns() -> None:
         return [c["name"] for c in cols if not c.get("priority")]
 
     assert columns(queue) == ["GPUs/node", "Scheduler", "Ready", "Jobs", "Age"]
-    assert columns(job) == ["Queue", "Nodes", "GPUs", "Phase", "Restarts", "Progress", "Age"]
+    assert columns(job) == ["Queue", "Nodes", "GPUs", "Phase", "Restarts", "Progress", "Goodput", "Age"]
 
 
 def test_samples_cover_the_promised_cases() -> None:
