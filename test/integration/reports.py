@@ -62,6 +62,17 @@ def replica(
         yield Replica(identity, f"https://127.0.0.1:{port}/v1/progress")
 
 
+def wait_to_lead(cluster: Cluster, ns: str, identity: str) -> None:
+    """Until `identity` holds the controller's Lease in `ns` (30 s at most)."""
+    wait_until(
+        lambda: (
+            cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity") == identity
+        ),
+        30,
+        message=f"{identity} to lead",
+    )
+
+
 def answers(url: str) -> bool:
     try:
         post(url, None, {})

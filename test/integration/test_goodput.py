@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from jobs import make_job, queue_manifest
-from reports import Replica, post, replica, report, token, worker_pod
+from reports import Replica, post, replica, report, token, wait_to_lead, worker_pod
 from testbed import Cluster, wait_until
 
 from controller.rest import RESTClient, load_config
@@ -57,14 +57,7 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     logs = tmp_path_factory.mktemp("goodput")
     with contextlib.ExitStack() as stack, contextlib.ExitStack() as first:
         leader = first.enter_context(replica(cluster, ns, logs, "goodput-a", PERIOD, *LEASE))
-        wait_until(
-            lambda: (
-                cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
-                == "goodput-a"
-            ),
-            30,
-            message="goodput-a to lead",
-        )
+        wait_to_lead(cluster, ns, "goodput-a")
         standby = stack.enter_context(replica(cluster, ns, logs, "goodput-b", PERIOD, *LEASE))
         yield Bed(ns, queue, RESTClient(load_config(str(cluster.kubeconfig))), [leader, standby], first)
     cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")

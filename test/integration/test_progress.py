@@ -31,7 +31,7 @@ import audit
 import pytest
 from cryptography import x509
 from jobs import make_job, queue_manifest
-from reports import Replica, answers, free_port, post, replica, report, token, worker_pod
+from reports import Replica, answers, free_port, post, replica, report, token, wait_to_lead, worker_pod
 from testbed import Cluster, condition, controller_program, wait_until
 
 from controller.plugin.console import Console
@@ -63,14 +63,7 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     logs = tmp_path_factory.mktemp("progress")
     with contextlib.ExitStack() as stack:
         leader = stack.enter_context(replica(cluster, ns, logs, "replica-a", PERIOD))
-        wait_until(
-            lambda: (
-                cluster.get("lease", "torchrun-controller", "-n", ns)["spec"].get("holderIdentity")
-                == "replica-a"
-            ),
-            30,
-            message="replica-a to lead",
-        )
+        wait_to_lead(cluster, ns, "replica-a")
         standby = stack.enter_context(replica(cluster, ns, logs, "replica-b", PERIOD))
         wait_until(lambda: answers(standby.url), 30, message="replica-b to serve its endpoint")
         yield Bed(ns, queue, leader, standby, RESTClient(load_config(str(cluster.kubeconfig))))
