@@ -30,7 +30,7 @@ import pytest
 import yaml
 from audit import Request
 from testbed import REPO, Cluster, condition, wait_until
-from uploads import archive, pod_running, upload
+from uploads import archive, upload, wait_running
 
 CONFIG = REPO / "config"
 NAMESPACE = "torchrun-system"
@@ -552,7 +552,7 @@ def a_hot_reload_evicts_the_workers(cluster: Cluster, run: Run) -> None:
 def uploaded(cluster: Cluster, ns: str, job: str, generation: int) -> None:
     """Generation `generation` of a job's code, uploaded into its sync pod as the plugin does."""
     pod = f"{job}-sync-{generation}"
-    wait_until(lambda: pod_running(cluster, ns, pod), 60, message=f"{pod} running")
+    wait_running(cluster, ns, pod)
     sent = upload(cluster, ns, pod, archive({"train.py": f"print({generation})\n".encode()}), generation)
     assert sent.returncode == 0, sent.stderr.decode()
 

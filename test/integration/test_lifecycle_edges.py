@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, kubectl_binary, wait_until
-from uploads import pod_running
+from uploads import wait_running
 
 from controller.api import JOB_LABEL
 from controller.cmd.main import App
@@ -64,7 +64,7 @@ def test_a_deadline_that_passes_while_syncing_fails_the_job_and_stops_its_sync(
     start_controller()
     upload = {"source": "upload"}
     make_job(cluster, namespace, queue, "late", workspace=upload, activeDeadlineSeconds=deadline)
-    wait_until(lambda: pod_running(cluster, namespace, "late-sync-0"), 60, message="the sync pod waits")
+    wait_running(cluster, namespace, "late-sync-0")
     assert tj(cluster, namespace, "late")["status"]["phase"] == "Syncing"
 
     failed = wait_until(

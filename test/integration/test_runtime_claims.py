@@ -18,7 +18,7 @@ from typing import Any
 import audit
 from jobs import make_job, make_queue, queue_manifest
 from testbed import Cluster, condition, controller_program, wait_until
-from uploads import archive, pod_running, upload
+from uploads import archive, upload, wait_running
 
 from controller.api.resources import TORCHRUNJOBS
 from controller.cmd.main import App
@@ -278,7 +278,7 @@ def test_every_log_line_about_a_job_carries_its_key(
     command = ("--log-format", "json", "--log-level", "debug")
     with controller_program(cluster.kubeconfig, namespace, log, *command):
         make_job(cluster, namespace, queue, name, workspace={"source": "upload"})
-        wait_until(lambda: pod_running(cluster, namespace, f"{name}-sync-0"), 60, message="sync pod running")
+        wait_running(cluster, namespace, f"{name}-sync-0")
         done = upload(cluster, namespace, f"{name}-sync-0", archive({"train.py": b"print('hi')\n"}), 0)
         assert done.returncode == 0, done.stderr.decode()
         wait_until(lambda: phase(cluster, namespace, name) == "Succeeded", 90, message="Succeeded")

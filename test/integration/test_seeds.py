@@ -42,7 +42,7 @@ from customresources import crd_names, remove_crds
 from jobs import condition
 from summary_notes import KAI_CRDS, KAI_SCHEDULER, STAND_IN, stand_in
 from testbed import REPO, Cluster, wait_until
-from uploads import archive, pod_running, upload
+from uploads import archive, upload, wait_running
 
 from controller.cmd.main import App
 
@@ -227,9 +227,7 @@ def test_the_seed_jobs_as_written_wait_for_their_upload_then_run(
     assert not cluster.get("jobs", "-n", namespace)["items"]
     # together they need 10 whole nodes (the test bed has 8): each runs, then makes room
     for name in JOBS:
-        wait_until(
-            lambda n=name: pod_running(cluster, namespace, f"{n}-sync-0"), 60, message=f"{name}-sync-0"
-        )
+        wait_running(cluster, namespace, f"{name}-sync-0")
         sent = upload(cluster, namespace, f"{name}-sync-0", archive({"train.py": b"print('seed')\n"}), 0)
         assert sent.returncode == 0, sent.stderr.decode()
         wait_until(

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, wait_until
-from uploads import archive, pod_running, upload
+from uploads import archive, upload, wait_running
 
 from controller.cmd.main import App
 
@@ -88,7 +88,7 @@ def test_an_upload_job_waits_for_its_code_then_runs_it(
     pvc = cluster.get("pvc", "train-workspace", "-n", namespace)
     assert pvc["spec"]["resources"]["requests"]["storage"] == "160Gi"  # 10Gi × 16 GPUs
     assert pvc["metadata"]["ownerReferences"][0]["uid"] == syncing["metadata"]["uid"]
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
+    wait_running(cluster, namespace, "train-sync-0")
     assert not cluster.get("jobs", "-n", namespace)["items"], "the worker Job must wait for the code"
 
     data = archive({"train.py": b"print('hello')\n", "pkg/model.py": b"W = 1\n"})
@@ -139,7 +139,7 @@ def test_a_refused_upload_gives_its_reason_and_no_workers(
     app = start_controller()
     q = upload_queue("ws-bad")
     submit_upload_job(cluster, namespace, q)
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
+    wait_running(cluster, namespace, "train-sync-0")
     refused = upload(cluster, namespace, "train-sync-0", data, 0, sha)
     assert refused.returncode != 0
     assert reason in refused.stderr.decode(), refused.stderr.decode()
@@ -244,7 +244,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     app = start_controller()
     q = upload_queue("ws-reload")
     submit_upload_job(cluster, namespace, q)
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
+    wait_running(cluster, namespace, "train-sync-0")
     assert upload(cluster, namespace, "train-sync-0", archive({"train.py": b"v0"}), 0).returncode == 0
     running = wait_until(
         lambda: with_condition(cluster, namespace, "train", "Running", "AllWorkersRunning"),
@@ -259,7 +259,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     assert len(before) == 2
 
     set_generation(cluster, namespace, "train", 1)
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-1"), 60, message="train-sync-1 running")
+    wait_running(cluster, namespace, "train-sync-1")
     reloading = with_condition(cluster, namespace, "train", "WorkspaceReady", "Reloading")
     assert reloading is not None and reloading["status"]["phase"] == "Running"
     v1 = archive({"train.py": b"v1"})
@@ -291,7 +291,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
 
     # a failed generation 2 leaves generation 1 and its pods alone
     set_generation(cluster, namespace, "train", 2)
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-2"), 60, message="train-sync-2 running")
+    wait_running(cluster, namespace, "train-sync-2")
     assert upload(cluster, namespace, "train-sync-2", b"garbage", 2).returncode != 0
     failed = wait_until(
         lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "ReloadFailed"),
@@ -322,7 +322,7 @@ def test_autoclean_removes_the_workspace_and_sync_pods_of_a_finished_job(
         "ws-clean", outcome="succeed", storage={"checkpoints": {"enabled": True, "persist": True}}
     )
     submit_upload_job(cluster, namespace, q)
-    wait_until(lambda: pod_running(cluster, namespace, "train-sync-0"), 60, message="train-sync-0 running")
+    wait_running(cluster, namespace, "train-sync-0")
     assert upload(cluster, namespace, "train-sync-0", archive({"train.py": b"x"}), 0).returncode == 0
     wait_until(
         lambda: with_condition(cluster, namespace, "train", "Succeeded", "Succeeded"), 90, message="done"
