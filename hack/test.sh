@@ -34,6 +34,9 @@ lint-imports .importlinter
 # Grafana's published dashboard schema with TypeScript's compiler (test_dashboard_schema.py), from npm
 "$HACK_DIR/testbed/build-prometheus.sh" >/dev/null
 "$HACK_DIR/testbed/build-grafana-schema.sh" >/dev/null
+# Helm, which lints, renders and installs charts/torchrun-controller (test_helm_chart.py, and on the
+# real node test_realnode_progress_service.py)
+"$HACK_DIR/testbed/build-helm.sh" >/dev/null
 "$HACK_DIR/testbed/build-image.sh" >/dev/null || log "image not built: test/integration/test_image.py fails and says why"
 # the real node: kubelet, CoreDNS, the pause image, and the images it runs (controller, torch)
 "$HACK_DIR/testbed/build-realnode.sh" >/dev/null \

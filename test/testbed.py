@@ -32,6 +32,7 @@ def manifest_text(manifest: dict[str, Any] | list[dict[str, Any]]) -> str:
 
 
 CONTROLPLANE = REPO / "hack" / "controlplane.sh"
+CHART = REPO / "charts" / "torchrun-controller"  # the Helm chart (test_helm_chart.py)
 # The control plane's node agent and its sync pods run `controller` on this Python: the one these
 # tests import it with (hack/controlplane.sh reads TORCHRUN_PYTHON; an explicit value wins).
 os.environ.setdefault("TORCHRUN_PYTHON", sys.executable)
@@ -62,6 +63,17 @@ def pins() -> dict[str, str]:
 def kubectl_binary() -> Path:
     """The kubectl built with the control plane, at the pinned version."""
     return cache_dir() / "bin" / f"kube-{pins()['KUBE_VERSION']}" / "kubectl"
+
+
+def helm_binary() -> Path:
+    """The helm of hack/testbed/build-helm.sh, at the pinned version; a test that needs it fails
+    (it is built by hack/test.sh) when it is not there."""
+    path = cache_dir() / "bin" / f"helm-{pins()['HELM_VERSION']}" / "helm"
+    if not path.exists():
+        raise AssertionError(
+            f"{path} is missing: hack/testbed/build-helm.sh builds it (hack/test.sh runs it)"
+        )
+    return path
 
 
 @contextmanager

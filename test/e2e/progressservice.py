@@ -28,7 +28,17 @@ from typing import Any
 
 import yaml
 from plugincli import PLUGIN, plugin_env
-from testbed import CONTROLPLANE, REPO, Cluster, cache_dir, condition, kubectl_binary, wait_until
+from testbed import (
+    CHART,
+    CONTROLPLANE,
+    REPO,
+    Cluster,
+    cache_dir,
+    condition,
+    helm_binary,
+    kubectl_binary,
+    wait_until,
+)
 
 NODE = "realnode-0"
 SYSTEM = "torchrun-system"
@@ -118,31 +128,73 @@ def install(real: RealNode, service_selects_every_replica: bool = False) -> None
     wait_until(lambda: leader_pod(real.cluster), 120, interval=0.5, message="a replica to lead")
 
 
-def ready_replicas(cluster: Cluster) -> int:
-    status = cluster.get("deployment", "torchrun-controller", "-n", SYSTEM).get("status") or {}
+def remove_config(real: RealNode) -> None:
+    """`kubectl delete -k config/`, and wait until its controller pods are gone (they stop leading
+    and drain first), so another install is the only controller."""
+    real.cluster.kubectl("delete", "-k", str(REPO / "config"), "--ignore-not-found", "--wait=false")
+    wait_until(lambda: not replicas(real.cluster), 120, interval=1, message="config/'s controller pods gone")
+
+
+def chart_test_values(real: RealNode) -> dict[str, Any]:
+    """The chart's values for the real node: the same test-only changes as `install`'s."""
+    image = real.images["CONTROLLER_IMAGE"]
+    repository, _, tag = image.rpartition(":")
+    return {
+        "image": {"repository": repository, "tag": tag},  # test-only: this checkout's image
+        "flags": {"sync-image": image, "progress-period": 5},  # test-only
+        "nodeSelector": {"kubernetes.io/hostname": NODE},  # test-only
+        "tolerations": [REAL_NODE_TOLERATION],  # test-only
+    }
+
+
+def install_chart(real: RealNode, namespace: str, values: Path) -> str:
+    """`helm install` of charts/torchrun-controller into `namespace`, made first as
+    docs/install.md says (Pod Security "restricted" enforced), with `chart_test_values` written
+    to `values`; both replicas Ready and one leading. Returns helm's output."""
+    real.cluster.kubectl("create", "namespace", namespace)
+    real.cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    values.write_text(yaml.safe_dump(chart_test_values(real)))
+    proc = subprocess.run(
+        [str(helm_binary()), "install", "torchrun-controller", str(CHART), "--kubeconfig",
+         str(real.cluster.kubeconfig), "--namespace", namespace, "-f", str(values)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"helm install exited {proc.returncode}: {proc.stderr}"
+    wait_until(
+        lambda: ready_replicas(real.cluster, namespace) == 2,
+        240,
+        interval=1,
+        message=diagnose_system(real.cluster, namespace),
+    )
+    wait_until(lambda: leader_pod(real.cluster, namespace), 120, interval=0.5, message="a replica to lead")
+    return proc.stdout
+
+
+def ready_replicas(cluster: Cluster, namespace: str = SYSTEM) -> int:
+    status = cluster.get("deployment", "torchrun-controller", "-n", namespace).get("status") or {}
     return int(status.get("readyReplicas") or 0)
 
 
-def replicas(cluster: Cluster) -> list[dict[str, Any]]:
+def replicas(cluster: Cluster, namespace: str = SYSTEM) -> list[dict[str, Any]]:
     pods: list[dict[str, Any]] = cluster.get(
-        "pods", "-n", SYSTEM, "-l", "app.kubernetes.io/name=torchrun-controller"
+        "pods", "-n", namespace, "-l", "app.kubernetes.io/name=torchrun-controller"
     )["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def leader_pod(cluster: Cluster) -> str:
+def leader_pod(cluster: Cluster, namespace: str = SYSTEM) -> str:
     """The pod whose replica holds the Lease (identity `<hostname>_<random>`; a pod's hostname is
     its name), or ""."""
-    proc = cluster.kubectl("get", "lease", "torchrun-controller", "-n", SYSTEM, "-o", "json", check=False)
+    proc = cluster.kubectl("get", "lease", "torchrun-controller", "-n", namespace, "-o", "json", check=False)
     if proc.returncode != 0:
         return ""
     holder = str(yaml.safe_load(proc.stdout)["spec"].get("holderIdentity") or "")
     return holder.rpartition("_")[0]
 
 
-def endpoints(cluster: Cluster) -> set[str]:
+def endpoints(cluster: Cluster, namespace: str = SYSTEM) -> set[str]:
     """The pods the progress Service routes to (its EndpointSlices)."""
-    slices = cluster.get("endpointslices", "-n", SYSTEM, "-l", f"kubernetes.io/service-name={SERVICE}")
+    slices = cluster.get("endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={SERVICE}")
     return {
         e["targetRef"]["name"]
         for s in slices["items"]
@@ -151,11 +203,11 @@ def endpoints(cluster: Cluster) -> set[str]:
     }
 
 
-def reports(cluster: Cluster) -> dict[str, dict[str, float]]:
+def reports(cluster: Cluster, namespace: str = SYSTEM) -> dict[str, dict[str, float]]:
     """Each replica's `torchrun_progress_reports_total` by result (its /metrics, read from this
     host at the pod's address on the bridge)."""
     out = {}
-    for pod in replicas(cluster):
+    for pod in replicas(cluster, namespace):
         ip = pod["status"].get("podIP")
         if not ip:
             continue
@@ -211,10 +263,12 @@ class Run:
     upload_retries: int = 0
 
 
-def final_step_run(real: RealNode, namespace: str, queue: str, name: str, project: Path) -> Run:
+def final_step_run(
+    real: RealNode, namespace: str, queue: str, name: str, project: Path, system: str = SYSTEM
+) -> Run:
     """One job of `report_steps.py`: it reports STEPS steps, the last at its exit; the worker
     pod's reporter sidecar pushes it through the Service, on SIGTERM (its final flush) unless its
-    regular push came first. Returns
+    regular push came first; `system` is the controller's namespace. Returns
     the step the job's status ends at (None: never reached within a minute of success)."""
     cluster, started = real.cluster, time.monotonic()
     cluster.apply(
@@ -269,7 +323,7 @@ def final_step_run(real: RealNode, namespace: str, queue: str, name: str, projec
         step: int | None = final["progress"]["step"]
     except AssertionError:
         step = (status().get("progress") or {}).get("step")
-    leader = leader_pod(cluster)
+    leader = leader_pod(cluster, system)
     cluster.kubectl(
         "delete", "torchrunjob", name, "-n", namespace, "--wait=true", "--timeout=120s", check=False
     )
@@ -284,14 +338,14 @@ def project(tmp: Path) -> Path:
     return path
 
 
-def diagnose_system(cluster: Cluster) -> str:
+def diagnose_system(cluster: Cluster, namespace: str = SYSTEM) -> str:
     """For a message: the controller's pods, their events and their logs."""
-    out = [cluster.kubectl("get", "pods", "-n", SYSTEM, "-o", "wide", check=False).stdout]
-    out.append(cluster.kubectl("get", "events", "-n", SYSTEM, check=False).stdout[-3000:])
-    for pod in cluster.get("pods", "-n", SYSTEM)["items"]:
+    out = [cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout]
+    out.append(cluster.kubectl("get", "events", "-n", namespace, check=False).stdout[-3000:])
+    for pod in cluster.get("pods", "-n", namespace)["items"]:
         name = pod["metadata"]["name"]
         out.append(f"-- {name}: {pod['status'].get('reason')} {pod['status'].get('message')}")
         for previous in ("--previous=true", "--previous=false"):
-            got = cluster.kubectl("logs", "-n", SYSTEM, name, "--tail=20", previous, check=False)
+            got = cluster.kubectl("logs", "-n", namespace, name, "--tail=20", previous, check=False)
             out.append(f"{previous}:\n{(got.stdout + got.stderr)[-2500:]}")
     return "\n".join(out)

@@ -16,6 +16,7 @@ that cannot run the real node fails the fixture with the control plane's own wor
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,13 +28,16 @@ from progressservice import (
     endpoints,
     final_step_run,
     install,
+    install_chart,
     leader_pod,
     make_queue,
     project,
     real_node,
+    remove_config,
     replicas,
     reports,
 )
+from testbed import helm_binary
 
 RUNS = 3
 
@@ -90,3 +94,36 @@ def test_the_final_step_lands_through_the_service_and_no_report_reaches_the_stan
     # every report went to the leader, accepted; none reached the standby, none was refused
     assert sum(answered[standby[0]].values()) == 0, answered
     assert answered[leader].get("503", 0) == 0 and answered[leader].get("200", 0) >= RUNS, answered
+
+
+def test_the_helm_chart_installs_a_controller_that_leads_and_trains_in_its_own_namespace(
+    real: RealNode, tmp_path: Path
+) -> None:
+    """charts/torchrun-controller instead of config/ (removed first: one controller at a time), in
+    a namespace other than torchrun-system: the chart's replicas run on the node, one leads, and a
+    job's reporter reaches it through the progress URL the chart points at its own namespace
+    (test-only values: progressservice.chart_test_values). `helm uninstall` then takes the
+    controller away."""
+    cluster, system = real.cluster, "torchrun-ml"
+    remove_config(real)
+    install_chart(real, system, tmp_path / "values.yaml")
+    try:
+        leader = leader_pod(cluster, system)
+        assert endpoints(cluster, system) == {leader}
+        args = replicas(cluster, system)[0]["spec"]["containers"][0]["args"]
+        assert f"--progress-url=https://torchrun-controller-progress.{system}.svc:9443/v1/progress" in args
+        namespace = f"rn-{uuid.uuid4().hex[:8]}"
+        cluster.create_namespace(namespace)
+        queue = make_queue(real)
+        try:
+            run = final_step_run(real, namespace, queue, "chart", project(tmp_path), system=system)
+        finally:
+            cluster.delete_namespace(namespace)
+        assert run.last_step == STEPS, run
+        assert run.leader == leader, run
+        answered = reports(cluster, system)
+        assert answered[leader].get("200", 0) >= 1, answered
+    finally:
+        helm = [str(helm_binary()), "--kubeconfig", str(cluster.kubeconfig), "--namespace", system]
+        subprocess.run([*helm, "uninstall", "torchrun-controller", "--wait"], check=False, timeout=300)
+    assert not replicas(cluster, system), "helm uninstall left controller pods"
