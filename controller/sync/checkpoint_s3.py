@@ -2,18 +2,22 @@
 `prepare` with the s3 source's client (`sources/s3.make_client`: the `AWS_*` variables of the
 mirror's Secret).
 
-A checkpoint directory `<name>` of the volume (checkpoint files such as Lightning's `*.ckpt` are
-not mirrored) is mirrored as the objects `<prefix><name>/<relative path>`
-of its regular files (links and special files are skipped), then `<prefix><name>/.torchrun-mirrored`,
-written last: only a copy with that object counts. Copies are ordered like checkpoints on the
-volume (`controller.checkpoint.discovery.by_age`: by the step in the name, else by the time of
-that object).
+A checkpoint directory `<name>` of the volume is mirrored as the objects
+`<prefix><name>/<relative path>` of its regular files (links and special files are skipped), then
+`<prefix><name>/.torchrun-mirrored` (empty), written last: only a copy with that object counts. A
+checkpoint file `<name>` (Lightning's `epoch=0-step=10.ckpt`, a torch.save `ckpt_1000.pt`, a
+safetensors file) is mirrored as `<prefix><name>/<name>`, then `.torchrun-mirrored` holding
+`{"file": true}`; a link (Lightning's `last.ckpt` with `save_last="link"`) is not, its target is.
+Copies are ordered like checkpoints on the volume (`controller.checkpoint.discovery.by_age`: by
+the step in the name, a file's without its suffix, else by the time of that object).
 
 - `restore(root, uri, env)` — every rank, when the volume has no complete checkpoint (a new
   cluster, a lost volume): downloads the newest complete copy into `<root>/.tmp-s3-<random>/`,
-  writes our marker in it and renames it to `<root>/<name>`. Ranks may race: the first rename
-  wins, the others discard their download (and still answer that name: it was restored at this
-  start). Names and keys from the store are untrusted: a name
+  writes our marker in it and renames it to `<root>/<name>`; a file copy is downloaded there and
+  linked to `<root>/<name>` only when discovery finds it complete (its zip end record, its
+  safetensors header), so a damaged copy never becomes the resume point. Ranks may race: the
+  first rename (or link) wins, the others discard their download (and still answer that name: it
+  was restored at this start). Names and keys from the store are untrusted: a name
   must be a plain entry name (no `/`, not starting with `.`), a key below it a relative path
   without `.`, `..` or empty parts; anything else is skipped, so nothing lands outside the root.
 - `mirror(root, uri, env, keep, protected=...)` — rank 0, at every start, after retention: uploads
@@ -28,6 +32,7 @@ never a failed start (the volume's checkpoints still resume the job).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -35,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from controller.checkpoint.discovery import MARKER, Entry, by_age, entry_at, latest, scan, step_of
+from controller.checkpoint.discovery import MARKER, Entry, by_age, entry_at, latest, scan, stem_of, step_of
 from controller.checkpoint.retention import newest_beyond
 from controller.sync.errors import SyncError
 from controller.sync.sources.s3 import S3Uri, make_client, parse_uri, store_errors
@@ -50,6 +55,19 @@ def _safe_name(name: str) -> bool:
 def _safe_relative(rel: str) -> bool:
     parts = rel.split("/")
     return bool(rel) and all(p not in ("", ".", "..") and "\x00" not in p for p in parts)
+
+
+FILE_COPY = b'{"file": true}\n'  # the body of a file copy's MIRRORED object
+MIRRORED_BODY_LIMIT = 1024  # bytes of a MIRRORED object read: the store is the tenant's, not ours
+
+
+def _is_file_copy(client: Any, prefix: S3Uri, name: str) -> bool:
+    """Whether copy `name` is a file's: its MIRRORED object says so (anything else: a directory)."""
+    body = client.get_object(Bucket=prefix.bucket, Key=f"{prefix.key}{name}/{MIRRORED}")["Body"]
+    try:
+        return bool(body.read(MIRRORED_BODY_LIMIT).strip() == FILE_COPY.strip())
+    finally:
+        body.close()
 
 
 def _copies(client: Any, uri: S3Uri) -> dict[str, tuple[float | None, list[str]]]:
@@ -70,7 +88,7 @@ def _copies(client: Any, uri: S3Uri) -> dict[str, tuple[float | None, list[str]]
 
 def _complete(copies: dict[str, tuple[float | None, list[str]]]) -> list[Entry]:
     entries = [
-        Entry(name, Path(name), True, "s3", step_of(name), when)
+        Entry(name, Path(name), True, "s3", step_of(stem_of(name) or name), when)
         for name, (when, _) in copies.items()
         if when is not None
     ]
@@ -99,6 +117,8 @@ def restore(root: Path, uri: str, env: Mapping[str, str]) -> tuple[str | None, l
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-s3-", dir=root))
             try:
+                if _is_file_copy(client, prefix, newest.name):
+                    return _restore_file(client, prefix, newest.name, root, tmp), []
                 for key in copies[newest.name][1]:
                     rel = key[len(prefix.key) + len(newest.name) + 1 :]
                     if rel == MIRRORED or not _safe_relative(rel):
@@ -122,8 +142,25 @@ def restore(root: Path, uri: str, env: Mapping[str, str]) -> tuple[str | None, l
     return newest.name, []
 
 
+def _restore_file(client: Any, prefix: S3Uri, name: str, root: Path, tmp: Path) -> str | None:
+    """Download file copy `name` into `tmp` and link it to `root/name` when discovery finds it
+    complete there; answers `name` when `root/name` is that checkpoint now, else None."""
+    client.download_file(prefix.bucket, f"{prefix.key}{name}/{name}", str(tmp / name))
+    got = entry_at(tmp, name)
+    if got is None or not got.complete or not got.file:
+        raise SyncError("S3FetchFailed", f"the copy of {name} is not a complete checkpoint file")
+    with contextlib.suppress(FileExistsError):  # another rank restored it first: the same copy
+        os.link(tmp / name, root / name)
+    again = entry_at(root, name)
+    return name if again is not None and again.complete else None
+
+
 def _upload(client: Any, prefix: S3Uri, entry: Entry) -> None:
     base = f"{prefix.key}{entry.name}/"
+    if entry.file:
+        client.upload_file(str(entry.path), prefix.bucket, base + entry.name)
+        client.put_object(Bucket=prefix.bucket, Key=base + MIRRORED, Body=FILE_COPY)
+        return
     for directory, dirs, files in os.walk(entry.path):  # os.walk does not follow links
         dirs.sort()
         for name in sorted(files):
@@ -145,8 +182,8 @@ def mirror(
         with store_errors(prefix, env):
             copies = _copies(client, prefix)
             for entry in by_age(scan(root)):
-                if entry.file:
-                    continue  # the mirror copies directories; checkpoint files are not mirrored yet
+                if entry.file and entry.path.is_symlink():
+                    continue  # Lightning's last link: its target is a checkpoint of its own
                 if copies.get(entry.name, (None, []))[0] is None:
                     _upload(client, prefix, entry)
                     uploaded += 1

@@ -242,3 +242,60 @@ def test_two_namespaces_on_one_queue_never_restore_list_or_delete_each_others_co
     finally:
         cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
         cluster.delete_namespace(other)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"  # written by the frameworks
+
+
+def copy_keys(url: str, prefix: str) -> set[str]:
+    pages = client(url).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"][len(prefix) :] for page in pages for o in page.get("Contents") or ()}
+
+
+@pytest.mark.stand_in(CHECKPOINT_S3)
+def test_checkpoint_files_real_frameworks_wrote_are_mirrored_and_restored_only_whole(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """Lightning's `epoch=0-step=N.ckpt` (its `last.ckpt` a link, as `save_last="link"` makes it)
+    and torch.save's `ckpt_N.pt`, as those frameworks wrote them (test/fixtures/checkpoints): each
+    file is one copy, its link is not; a lost volume gets the newest back byte for byte and resumes
+    from it; a copy damaged in the store (cut short) is a problem line and never lands."""
+    lightning = "jobs/lightning/"
+    root = tmp_path / "volume"
+    root.mkdir()
+    for name in ("epoch=0-step=10.ckpt", "epoch=0-step=20.ckpt"):
+        (root / name).write_bytes((FIXTURES / "lightning" / name).read_bytes())
+    (root / "last.ckpt").symlink_to("epoch=0-step=20.ckpt")
+    report, _ = prepare(root, tmp_path, endpoint, 0, "--keep", "5", uri=f"s3://{BUCKET}/{lightning}")
+    assert (report["mirrored"], report["problems"]) == (2, [])
+    assert copy_keys(endpoint, lightning) == {
+        "epoch=0-step=10.ckpt/epoch=0-step=10.ckpt", "epoch=0-step=10.ckpt/.torchrun-mirrored",
+        "epoch=0-step=20.ckpt/epoch=0-step=20.ckpt", "epoch=0-step=20.ckpt/.torchrun-mirrored",
+    }  # fmt: skip
+
+    lost = tmp_path / "lost"
+    report, env = prepare(lost, tmp_path, endpoint, 0, uri=f"s3://{BUCKET}/{lightning}")
+    assert report["downloaded"] == "epoch=0-step=20.ckpt", report
+    assert env == f"TORCHRUN_RESUME_FROM={lost}/epoch=0-step=20.ckpt\n"
+    assert (lost / "epoch=0-step=20.ckpt").read_bytes() == (
+        FIXTURES / "lightning" / "epoch=0-step=20.ckpt"
+    ).read_bytes()
+    assert sorted(p.name for p in lost.iterdir()) == ["epoch=0-step=20.ckpt"]  # no temporary left
+
+    torch_save = "jobs/nanogpt/"
+    root = tmp_path / "torch-volume"
+    root.mkdir()
+    for name in ("ckpt_500.pt", "ckpt_1000.pt"):
+        (root / name).write_bytes((FIXTURES / "torch_save" / name).read_bytes())
+    report, _ = prepare(root, tmp_path, endpoint, 0, uri=f"s3://{BUCKET}/{torch_save}")
+    assert report["mirrored"] == 2
+    whole = (FIXTURES / "torch_save" / "ckpt_1000.pt").read_bytes()
+    client(endpoint).put_object(
+        Bucket=BUCKET, Key=f"{torch_save}ckpt_1000.pt/ckpt_1000.pt", Body=whole[:-100]
+    )
+    damaged = tmp_path / "damaged"
+    report, env = prepare(damaged, tmp_path, endpoint, 0, uri=f"s3://{BUCKET}/{torch_save}")
+    assert report.get("downloaded") is None and env == "", (report, env)
+    (problem,) = report["problems"]
+    assert "ckpt_1000.pt is not a complete checkpoint file" in problem, problem
+    assert list(damaged.iterdir()) == []  # the cut copy never landed, nor its temporary
