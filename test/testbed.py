@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from kubeget import KubeGet
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,6 +44,20 @@ T = TypeVar("T")
 # what the node agent (hack/testbed/nodeagent) logs for each pod or claim it acts on: `pod=<ns>/<name>`
 # ("prepared", "started", "reported", "worker logs") or `claim=<ns>/<name>` ("provisioned")
 NODE_AGENT_SUBJECT = re.compile(r"\b(?:pod|claim)=(?P<namespace>[^/\s]+)/(?P<name>\S+)")
+
+
+_KUBEGET: dict[tuple[Path, int], KubeGet] = {}
+_KUBEGET_LOCK = threading.Lock()
+
+
+def _in_process(kubeconfig: Path) -> KubeGet:
+    """The in-process `kubectl get` of a kubeconfig as it is now (a control plane brought down and
+    up again writes a new one)."""
+    key = (kubeconfig, kubeconfig.stat().st_mtime_ns)
+    with _KUBEGET_LOCK:
+        if key not in _KUBEGET:
+            _KUBEGET[key] = KubeGet(kubeconfig)
+        return _KUBEGET[key]
 
 
 def cache_dir() -> Path:
@@ -160,7 +177,11 @@ class Cluster:
         return proc
 
     def get(self, *args: str) -> dict[str, Any]:
-        """`kubectl get ... -o json`, parsed."""
+        """`kubectl get ... -o json`, parsed: answered in this process where test/kubeget.py
+        understands the arguments (most polls), else by kubectl."""
+        answered = _in_process(self.kubeconfig)(args)
+        if answered is not None:
+            return answered
         out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
         return out
 
