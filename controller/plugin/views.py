@@ -18,7 +18,7 @@ from controller.plugin.objects import JSON, event_time
 from controller.plugin.progressbar import progress_line
 from controller.plugin.watch import held_up, phase
 
-LIST_COLUMNS = ("NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE")
+LIST_COLUMNS = ("NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "GOODPUT", "AGE")
 EVENTS_SHOWN = 10
 
 
@@ -51,14 +51,16 @@ def _size(job: JSON) -> tuple[str, str]:
 
 
 def job_rows(jobs: Sequence[JSON], now: datetime.datetime, with_namespace: bool = False) -> str:
-    """The `list` table (NAMESPACE first when listing every namespace)."""
+    """The `list` table (NAMESPACE first when listing every namespace); GOODPUT is
+    `status.goodput.summary`, as `kubectl get tj` shows it ("-" before a training step)."""
     rows = []
     for job in sorted(jobs, key=lambda j: (j["metadata"].get("namespace", ""), j["metadata"]["name"])):
         meta, status = job["metadata"], job.get("status") or {}
         nodes, gpus = _size(job)
         row = [meta["name"], job["spec"].get("jobQueue", ""), nodes, gpus, phase(job)]
         progress = (status.get("progress") or {}).get("summary") or "-"
-        row += [status.get("restarts", 0), progress, age(meta.get("creationTimestamp"), now)]
+        goodput = (status.get("goodput") or {}).get("summary") or "-"
+        row += [status.get("restarts", 0), progress, goodput, age(meta.get("creationTimestamp"), now)]
         rows.append(([meta.get("namespace", "")] if with_namespace else []) + row)
     return table((("NAMESPACE",) if with_namespace else ()) + LIST_COLUMNS, rows)
 

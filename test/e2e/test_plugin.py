@@ -232,7 +232,17 @@ def test_list_status_suspend_resume_delete_act_on_real_objects(
     listing = plugin("list")
     assert listing.returncode == 0, listing.stderr
     header, row = listing.stdout.splitlines()
-    assert header.split() == ["NAME", "QUEUE", "NODES", "GPUS", "PHASE", "RESTARTS", "PROGRESS", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "QUEUE",
+        "NODES",
+        "GPUS",
+        "PHASE",
+        "RESTARTS",
+        "PROGRESS",
+        "GOODPUT",
+        "AGE",
+    ]
     assert row.split()[:6] == ["mnist", q, "2", "16", "Running", "0"]
 
     status = plugin("status", "mnist")

@@ -315,8 +315,8 @@ def test_list_and_status_read_like_kubectl() -> None:
         "Running", [admitted], nodes=2, gpus=16, restarts=1, workspaceGeneration=1, workspaceSha256="f" * 64
     )
     assert job_rows([running], NOW).splitlines() == [
-        "NAME   QUEUE  NODES  GPUS  PHASE    RESTARTS  PROGRESS  AGE",
-        "train  q      2      16    Running  1         -         60m",
+        "NAME   QUEUE  NODES  GPUS  PHASE    RESTARTS  PROGRESS  GOODPUT  AGE",
+        "train  q      2      16    Running  1         -         -        60m",
     ]
     pods = [
         pod(
@@ -351,7 +351,9 @@ def test_list_and_status_show_progress_with_a_bar_rate_eta_and_metrics() -> None
         "updateTime": "2026-01-02T11:59:50Z",
     }  # fmt: skip
     reporting = job("Running", [], progress=progress)
-    assert job_rows([reporting], NOW).splitlines()[1].split()[4:] == ["Running", "0", "42%", "60m"]
+    assert job_rows([reporting], NOW).splitlines()[1].split()[4:] == ["Running", "0", "42%", "-", "60m"]
+    measured = job("Running", [], progress=progress, goodput={"summary": "83%", "seconds": {"good": 83}})
+    assert job_rows([measured], NOW).splitlines()[1].split()[4:] == ["Running", "0", "42%", "83%", "60m"]
     assert (
         "Progress:   [########............] 42%  step 420/1000  812.5 samples/s  ETA 1h5m (13:05Z)  "
         "acc=0.5  loss=1.84  (rank 0, 10s ago)"
