@@ -46,7 +46,7 @@ PROMETHEUS_SERIES = {"up": set[str]()}  # written by Prometheus itself for every
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "count", "topk", "bottomk", "rate", "irate", "increase", "delta",
     "deriv", "absent", "min_over_time", "max_over_time", "histogram_quantile", "clamp_min",
-    "clamp_max", "abs", "by", "without", "on", "ignoring", "and", "or", "unless",
+    "clamp_max", "abs", "time", "by", "without", "on", "ignoring", "and", "or", "unless",
 }  # fmt: skip
 GROUPING = r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)"
 
@@ -78,8 +78,14 @@ def controller_series() -> dict[str, set[str]]:
         {"reports": report_counter(registry)},
     ]
     jobs = Indexer()  # one cached job, so the collectors' families have a sample to show labels
-    status = {"progress": {"percent": 5}}
-    jobs.add({"metadata": {"namespace": "ns", "name": "j"}, "spec": {"jobQueue": "q"}, "status": status})
+    status = {
+        "progress": {"percent": 5},
+        "restarts": 1,
+        "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning"}],
+        "checkpoint": {"newest": {"name": "step-10", "time": "2026-01-02T11:00:00Z"}},
+    }
+    spec = {"jobQueue": "q", "failurePolicy": {"maxRestarts": 3}}
+    jobs.add({"metadata": {"namespace": "ns", "name": "j"}, "spec": spec, "status": status})
     registry.register(JobsCollector(Lister(jobs)))
     registry.register(ProgressCollector(Lister(jobs)))
     labels: dict[str, set[str]] = {}

@@ -166,7 +166,8 @@ class App:
         # the jobs' gauges come from the leader alone: a standby's (warm) cache would count them twice
         self.metrics.registry.register(JobsCollector(self.factory.lister_for(TORCHRUNJOBS)))
         if self.opts.progress_job_metrics:
-            self.metrics.registry.register(ProgressCollector(self.factory.lister_for(TORCHRUNJOBS)))
+            jobs = self.factory.lister_for(TORCHRUNJOBS)
+            self.metrics.registry.register(ProgressCollector(jobs, self.opts.restart_limit))
         self.queue_controller.run()
         self.job_controller.run()
         self.gc.start(stop)

@@ -227,8 +227,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-job-metrics",
         action="store_true",
-        help="export torchrun_job_progress_percent{namespace,job} and torchrun_job_goodput_ratio / "
-        "_seconds{namespace,job[,cause]} (series per job)",
+        help="export series per job: torchrun_job_progress_percent, torchrun_job_goodput_ratio / _seconds, "
+        "torchrun_job_condition, torchrun_job_restarts / _restart_limit and "
+        "torchrun_job_checkpoint_timestamp_seconds (the job alerts need them)",
     )
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument("--log-format", choices=("json", "console"), default="json")

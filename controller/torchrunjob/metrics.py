@@ -1,12 +1,19 @@
-"""`torchrun_jobs{phase,queue}` (TorchrunJobs by phase and queue) and, optionally,
-`torchrun_job_progress_percent{namespace,job}`, `torchrun_job_goodput_ratio{namespace,job}` and
-`torchrun_job_goodput_seconds{namespace,job,cause}` (`status.goodput`): read from the informer
-cache at scrape time — always current, and no bookkeeping on the reconcile path."""
+"""`torchrun_jobs{phase,queue}` (TorchrunJobs by phase and queue) and, optionally, a job's own
+series: `torchrun_job_progress_percent{namespace,job}`, `torchrun_job_goodput_ratio{namespace,job}`
+and `torchrun_job_goodput_seconds{namespace,job,cause}` (`status.goodput`), and its state for the
+alerts (config/prometheus/rules.yaml): `torchrun_job_condition{namespace,job,condition,status,
+reason}` (1 per condition, as kube-state-metrics shows a pod's), `torchrun_job_restarts` and
+`torchrun_job_restart_limit` (the cap in force: failurePolicy.maxRestarts within --restart-limit),
+`torchrun_job_checkpoint_timestamp_seconds` (when the newest complete checkpoint known was saved).
+All read from the informer cache at scrape time — always current, and no bookkeeping on the
+reconcile path."""
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -37,8 +44,9 @@ class ProgressCollector(Collector):
     the five causes of `GoodputSeconds`: a bounded set) — behind --progress-job-metrics: a series
     per job is a cardinality to choose."""
 
-    def __init__(self, jobs: Lister) -> None:
+    def __init__(self, jobs: Lister, restart_limit: int | None = None) -> None:
         self.jobs = jobs
+        self.restart_limit = restart_limit  # --restart-limit: caps every job's maxRestarts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -53,6 +61,7 @@ class ProgressCollector(Collector):
                 family.add_metric([meta.get("namespace", ""), meta["name"]], percent)
         yield family
         yield from goodput_families(self.jobs)
+        yield from state_families(self.jobs, self.restart_limit)
 
 
 def goodput_families(jobs: Lister) -> Iterator[GaugeMetricFamily]:
@@ -81,3 +90,58 @@ def goodput_families(jobs: Lister) -> Iterator[GaugeMetricFamily]:
                 seconds.add_metric([*labels, cause], value)
     yield ratio
     yield seconds
+
+
+def _labels(job: Mapping[str, Any]) -> list[str]:
+    return [job["metadata"].get("namespace", ""), job["metadata"]["name"]]
+
+
+def _epoch(text: object) -> float | None:
+    """An RFC 3339 time of the API as seconds since the epoch, or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMetricFamily]:
+    """Each job's conditions, restarts against their cap, and newest checkpoint's time (module
+    doc): what the alerts on a job read."""
+    conditions = GaugeMetricFamily(
+        "torchrun_job_condition",
+        "1 for each condition a TorchrunJob has, with its status and reason.",
+        labels=["namespace", "job", "condition", "status", "reason"],
+    )
+    restarts = GaugeMetricFamily(
+        "torchrun_job_restarts", "Whole-job restarts so far (status.restarts).", labels=["namespace", "job"]
+    )
+    limit = GaugeMetricFamily(
+        "torchrun_job_restart_limit",
+        "Whole-job restarts allowed: failurePolicy.maxRestarts, within --restart-limit.",
+        labels=["namespace", "job"],
+    )
+    checkpoint = GaugeMetricFamily(
+        "torchrun_job_checkpoint_timestamp_seconds",
+        "When the newest complete checkpoint known (status.checkpoint.newest, else the one found at "
+        "the attempt's start) was saved.",
+        labels=["namespace", "job"],
+    )
+    for job in jobs.list():
+        labels, status = _labels(job), job.get("status") or {}
+        for cond in status.get("conditions") or ():
+            if isinstance(cond, Mapping) and cond.get("type"):
+                keys = (str(cond["type"]), str(cond.get("status", "")), str(cond.get("reason", "")))
+                conditions.add_metric([*labels, *keys], 1)
+        restarts.add_metric(labels, int(status.get("restarts") or 0))
+        cap = int(((job.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts") or 0)
+        limit.add_metric(labels, cap if restart_limit is None else min(cap, restart_limit))
+        saved = status.get("checkpoint") or {}
+        when = _epoch((saved.get("newest") or {}).get("time")) or _epoch(saved.get("time"))
+        if when is not None:
+            checkpoint.add_metric(labels, when)
+    yield conditions
+    yield restarts
+    yield limit
+    yield checkpoint

@@ -72,5 +72,10 @@ def test_the_optional_job_metric_is_each_reporting_jobs_percent() -> None:
     jobs.add({"metadata": {"namespace": "ns", "name": "c"}, "status": {}})
     registry = CollectorRegistry()
     registry.register(ProgressCollector(Lister(jobs)))
-    samples = [(s.name, s.labels, s.value) for f in registry.collect() for s in f.samples]
+    samples = [
+        (s.name, s.labels, s.value)
+        for f in registry.collect()
+        for s in f.samples
+        if s.name == "torchrun_job_progress_percent"
+    ]
     assert samples == [("torchrun_job_progress_percent", {"namespace": "ns", "job": "a"}, 42.0)]
