@@ -12,14 +12,15 @@ first, then the API groups in discovery's order, each at its preferred version; 
 discovery, read again when a name is unknown, as after a CRD is installed). Everything else
 answers None and the caller runs kubectl itself. Lists come back as kubectl prints them: a `List`
 whose items carry their `kind` and `apiVersion`. A failed GET raises AssertionError with
-kubectl's words (`Error from server (NotFound): ...`), as `Cluster.get` did. Retries are the
-controller's client's, which follow client-go's, with kubectl's budget (10 retries): a 429 with
-Retry-After — "storage is (re)initializing" right after a CRD is made — is waited out.
+kubectl's words (`Error from server (NotFound): ...`), as `Cluster.get` did. Retries are
+kubectl's: only a 429 or 5xx with Retry-After ("storage is (re)initializing" right after a CRD is
+made), at most 10; a refused connection fails at once, as an AssertionError.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ from controller.meta import Resource
 from controller.rest import ApiError, RESTClient, load_config
 
 DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-USER_AGENT = "kubectl/testbed-in-process"  # not a controller's: the audit-log filters tell them apart
+USER_AGENT = "kubectl/testbed-in-process"
+RETRIES = (
+    10  # client-go's for a Retry-After answer  # not a controller's: the audit-log filters tell them apart
+)
 
 
 class Args:
@@ -70,9 +74,7 @@ class KubeGet:
 
     def __init__(self, kubeconfig: Path) -> None:
         config = load_config(str(kubeconfig))
-        self.client = RESTClient(
-            config, qps=1000, burst=1000, max_attempts=11, timeout=60, user_agent=USER_AGENT
-        )
+        self.client = RESTClient(config, qps=1000, burst=1000, timeout=60, user_agent=USER_AGENT)
         self.default_namespace = "default"  # the test bed's kubeconfigs name no namespace
         self._lock = threading.Lock()
         self._names: dict[str, list[Resource]] | None = None
@@ -87,15 +89,36 @@ class KubeGet:
         namespace = None
         if res.namespaced and not parsed.all_namespaces:
             namespace = parsed.namespace or self.default_namespace
-        try:
-            if len(parsed.positional) == 2:
-                return self.client.get(res, parsed.positional[1], namespace)
-            got = self.client.list(res, namespace, label_selector=parsed.label, field_selector=parsed.field)
-        except ApiError as e:
-            said = f"Error from server ({e.reason or e.status}): {e.message}"
-            raise AssertionError(f"kubectl get {' '.join(args)} failed: {said}") from e
+        name = parsed.positional[1] if len(parsed.positional) == 2 else None
+        got = self._read(args, res, name, namespace, parsed)
+        if name is not None:
+            return got
         items = [{"kind": res.kind, "apiVersion": res.api_version, **item} for item in got.get("items") or ()]
         return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+    def _read(
+        self, args: tuple[str, ...], res: Resource, name: str | None, namespace: str | None, parsed: Args
+    ) -> dict[str, Any]:
+        """One GET, sent as kubectl's client sends it: again only when the server answers 429 or
+        5xx with a Retry-After (at most RETRIES times, waiting what it asks), never after a
+        connection error (the API server may be down on purpose). Any failure is an
+        AssertionError in kubectl's words, which a `wait_until` reads as "not yet"."""
+        for attempt in range(RETRIES + 1):
+            try:
+                if name is not None:
+                    return self.client.get(res, name, namespace, attempts=1)
+                return self.client.list(
+                    res, namespace, label_selector=parsed.label, field_selector=parsed.field, attempts=1
+                )
+            except ApiError as e:
+                if e.retry_after is not None and (e.status == 429 or e.status >= 500) and attempt < RETRIES:
+                    time.sleep(min(e.retry_after, 30.0))
+                    continue
+                said = f"Error from server ({e.reason or e.status}): {e.message}"
+                raise AssertionError(f"kubectl get {' '.join(args)} failed: {said}") from e
+            except Exception as e:  # the connection: refused, reset, timed out
+                raise AssertionError(f"kubectl get {' '.join(args)} failed: {e}") from e
+        raise AssertionError("unreachable")
 
     def resource(self, name: str) -> Resource | None:
         """The resource kubectl would pick for `name`, or None when discovery has none."""
@@ -108,9 +131,15 @@ class KubeGet:
         return None
 
     def _discovery(self, fresh: bool) -> dict[str, list[Resource]]:
+        """The names discovery gives (read again when `fresh`); none when it cannot be read (the
+        caller then leaves the request to kubectl, whose error says why)."""
         with self._lock:
             if self._names is None or fresh:
-                self._names = self._read_discovery()
+                try:
+                    self._names = self._read_discovery()
+                except Exception:
+                    self._names = None
+                    return {}
             return self._names
 
     def _read_discovery(self) -> dict[str, list[Resource]]:

@@ -5,13 +5,18 @@ and None (kubectl then runs) for what it does not understand."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubeget import Args, KubeGet
 from testbed import Cluster
+
+from controller.rest import RESTClient, load_config
 
 
 def by_kubectl(cluster: Cluster, *args: str) -> dict[str, Any]:
@@ -79,3 +84,21 @@ def test_arguments_are_read_as_kubectl_reads_them() -> None:
     )  # fmt: skip
     assert Args(("deployment/web", "--namespace=apps")).positional == ["deployment", "web"]
     assert not Args(()).ok and not Args(("pods", "-w")).ok and not Args(("pods", "")).ok
+
+
+def test_a_server_that_is_down_fails_at_once_as_kubectl_does(cluster: Cluster) -> None:
+    """A refused connection is an AssertionError (a `wait_until` reads it as "not yet"), raised
+    without the retries the controller's client makes; with no discovery it is kubectl's to say."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"https://127.0.0.1:{s.getsockname()[1]}"
+    get = KubeGet(cluster.kubeconfig)
+    assert get.resource("nodes") is not None  # discovery read while the server was up
+    get.client = RESTClient(dataclasses.replace(load_config(str(cluster.kubeconfig)), host=dead))
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match="kubectl get nodes failed: "):
+        get(("nodes",))
+    assert time.monotonic() - started < 2
+    unreachable = KubeGet(cluster.kubeconfig)
+    unreachable.client = get.client
+    assert unreachable(("nodes",)) is None
