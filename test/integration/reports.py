@@ -119,8 +119,11 @@ def report(job: str, step: int, total: int = 100, age: float = 0.0) -> dict[str,
     }
 
 
-def worker_pod(cluster: Cluster, ns: str, job: str, index: int = 0) -> dict[str, Any]:
-    """The running worker pod of `job`'s node `index` (waits for it)."""
+def worker_pod(
+    cluster: Cluster, ns: str, job: str, index: int = 0, not_uids: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The running worker pod of `job`'s node `index` (waits for it), none of `not_uids`: after a
+    restart the old attempt's pods stay Running until the garbage collector deletes them."""
 
     def running() -> dict[str, Any] | None:
         selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
@@ -130,6 +133,7 @@ def worker_pod(cluster: Cluster, ns: str, job: str, index: int = 0) -> dict[str,
                 index_of == str(index)
                 and pod["status"].get("phase") == "Running"
                 and not pod["metadata"].get("deletionTimestamp")
+                and pod["metadata"]["uid"] not in not_uids
             ):
                 return dict(pod)
         return None

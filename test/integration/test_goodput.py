@@ -106,12 +106,7 @@ class Rank:
 
 def running_pod(cluster: Cluster, ns: str, uids: set[str]) -> tuple[dict[str, Any], float]:
     """The job's running worker pod not among `uids`, and when this test first saw it run."""
-    pod = wait_until(
-        lambda: (p := worker_pod(cluster, ns, "good")) and p["metadata"]["uid"] not in uids and p,
-        60,
-        interval=0.05,
-        message="a new worker running",
-    )
+    pod = worker_pod(cluster, ns, "good", not_uids=frozenset(uids))
     return pod, time.time()
 
 

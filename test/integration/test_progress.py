@@ -248,8 +248,7 @@ def test_a_silent_job_stalls_and_on_stall_restart_restarts_it_once(cluster: Clus
         lambda: warned(cluster, ns, "hung", "Restarting", "after: Stalled:"), 10, message="the restart"
     )
     # the new attempt reports: Progressing again, the restart counted once
-    fresh = worker_pod(cluster, ns, "hung", 0)
-    assert fresh["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
+    fresh = worker_pod(cluster, ns, "hung", 0, not_uids=frozenset(p["metadata"]["uid"] for p in pods))
     assert post(bed.leader.url, token(bed, fresh), report("hung", 1))[0] == 200
     wait_until(
         lambda: (
@@ -521,8 +520,7 @@ def test_a_start_that_hangs_before_its_first_step_is_startup_stalled_and_a_silen
         lambda: warned(cluster, ns, "slow", "Restarting", "after: StartupStalled:"), 10, message="the restart"
     )
     # the new attempt steps within its startup timeout: Progressing again, the restart counted once
-    fresh = worker_pod(cluster, ns, "slow", 0)
-    assert fresh["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
+    fresh = worker_pod(cluster, ns, "slow", 0, not_uids=frozenset(p["metadata"]["uid"] for p in pods))
     assert post(bed.leader.url, token(bed, fresh), report("slow", 1))[0] == 200
     wait_until(
         lambda: (
