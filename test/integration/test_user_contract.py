@@ -168,9 +168,13 @@ def test_a_job_whose_pods_cannot_be_scheduled_quotes_the_scheduler(
     assert any(m in cond["message"] for m in scheduler_says), (cond["message"], scheduler_says)
     assert "didn't match Pod's node affinity/selector" in cond["message"]
     assert waiting["status"]["phase"] != "Running"
-    app.recorder.flush()
-    events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=train")["items"]
-    assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events), events
+
+    def warned() -> bool:  # the recorder writes the Event in the background, maybe after the status
+        app.recorder.flush()
+        events = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=train")
+        return any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events["items"])
+
+    wait_until(warned, 10, message="the Unschedulable Warning Event")
 
 
 def test_deleting_a_job_removes_its_job_service_and_pods(

@@ -49,7 +49,7 @@ def test_a_quota_that_refuses_a_worker_pod_is_quoted_and_clears_when_room_is_mad
     queue = "q-" + ns[-6:]
     cluster.apply(queue_manifest(queue, "run", "600s"))
     try:
-        start_controller()
+        app = start_controller()
         make_job(cluster, ns, queue)  # two nodes: the second worker pod is over the quota
         job = wait_until(lambda: running(cluster, ns, "PodCreateFailed"), 90, message="PodCreateFailed")
         said = (condition(job, "Running") or {})["message"]
@@ -58,11 +58,16 @@ def test_a_quota_that_refuses_a_worker_pod_is_quoted_and_clears_when_room_is_mad
         assert job["status"]["phase"] == "Pending"
         page = status_text(job, [], [], datetime.now(timezone.utc))
         assert "Waiting:    Running=False PodCreateFailed: job train: " in page, page
+
         # a Warning Event on the TorchrunJob says it once
-        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.kind=TorchrunJob")[
-            "items"
-        ]
-        assert [e["type"] for e in events if e["reason"] == "PodCreateFailed"] == ["Warning"], events
+        # (the recorder writes it in the background: it may land after the status that says the same)
+        def said_once() -> list[dict[str, Any]]:
+            app.recorder.flush()
+            events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.kind=TorchrunJob")
+            return [e for e in events["items"] if e["reason"] == "PodCreateFailed"]
+
+        events = wait_until(said_once, 10, message="the PodCreateFailed Event")
+        assert [e["type"] for e in events] == ["Warning"], events
 
         quota(cluster, ns, 4)
         wait_until(lambda: running(cluster, ns, "AllWorkersRunning"), 120, message="AllWorkersRunning")
