@@ -46,9 +46,11 @@ lint-imports .importlinter
 log "pytest"
 # pytest-xdist workers, each with a control plane of its own; every real-node test runs on one of
 # them (test/conftest.py's groups). TORCHRUN_TEST_WORKERS=0 runs the tests in this process alone.
-# Three on 2 cores: the tests mostly wait on their control planes (with two workers the cores were
-# 45-55% busy; with three 64%, and pytest took 15 min 14 s instead of 20 min 53 s).
-workers="${TORCHRUN_TEST_WORKERS:-3}"
+# Two by default. Three fit 2 cores in time: the tests mostly wait on their control planes, the
+# cores were 45-55% busy with two and ~65% with three, and pytest took 15 min 14 s instead of
+# 20 min 53 s. But three runs out of three at three workers each failed a load-sensitive test
+# (the chaos test once, the real node's upload once), so three is not yet the default.
+workers="${TORCHRUN_TEST_WORKERS:-2}"
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup)
 set +e
