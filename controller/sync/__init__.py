@@ -14,6 +14,8 @@ can run in any image with Python. docs/workspace.md is the contract; the modules
 - `generations`: `publish` (temp dir, rename, marker, CURRENT; `<G>.failed` on failure), with
   `atomic`'s one-step small-file writes and `remove`'s (no recursion, no symlinks followed).
 - `upload`: `receive`, exactly N bytes from stdin with a SHA-256.
+- `pid1`: `fetch --source upload`, the container's first process, lets the exec'd `receive` or
+  `delta` exit before it does (its exit would SIGKILL them).
 - `manifest`, `chunks`, `delta`: a hot reload's delta — the tree's manifest and digest, content-
   defined chunks and the ops that rebuild a changed file, and `delta`, which publishes a tree from
   the newest generation plus only what it lacked.

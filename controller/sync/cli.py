@@ -35,6 +35,7 @@ from controller.sync.errors import (
 )
 from controller.sync.generations import Marker, read_failure, read_marker, record_failure
 from controller.sync.limits import DEFAULT_MAX_FILES, Limits
+from controller.sync.pid1 import wait_for_others
 from controller.sync.prepare import prepare_tools
 from controller.sync.request import FetchRequest
 from controller.sync.termination import SyncResult, write_termination_message, write_text_message
@@ -139,7 +140,14 @@ def _record_unless_present(workspace: Path, generation: int, error: SyncError) -
 
 
 def _wait_upload(args: argparse.Namespace, workspace: Path) -> Marker:
-    """Wait for `receive` to publish or refuse the generation."""
+    """Wait for `receive` to publish or refuse the generation, then for it to exit (`pid1`)."""
+    try:
+        return _upload_outcome(args, workspace)
+    finally:
+        wait_for_others()
+
+
+def _upload_outcome(args: argparse.Namespace, workspace: Path) -> Marker:
     deadline = time.monotonic() + args.timeout
     while True:
         marker = read_marker(workspace, args.generation)
