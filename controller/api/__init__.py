@@ -18,7 +18,8 @@ Everything here is pure: no I/O and no `kubernetes` imports, so any layer may us
   (`goodput`), and how big it is on its queue (`topology`); `quantity` (resource quantities),
   `conditions` (metav1.Condition);
 - the vocabulary: `groupversion` (group, version, kinds), `labels` (labels and annotations we
-  write), `reasons` (every condition and Event reason), `resources` (the kinds' REST descriptors);
+  write), `reasons` (every condition and Event reason), `resources` (the kinds' REST descriptors),
+  `kueue` (Kueue's Workload versions and labels);
 - the machinery: `fields` (a field's JSON name, doc and checks), `fielderrors`, `codec` (raw JSON
   ↔ dataclasses), `validation` (the checks that need the queue), `schema` and `crds` (the CRDs
   generated from the dataclasses).

@@ -64,7 +64,7 @@ class Reason(_Vocabulary):
     WORKERS_STARTING = "WorkersStarting", Severity.QUIET
     UNSCHEDULABLE = "Unschedulable", Severity.WARNING
     # why workers do not start, in starting.py's precedence after Unschedulable's place
-    WAITING_FOR_KUEUE = "WaitingForKueue", Severity.QUIET  # quota: routine, the condition says it
+    WAITING_FOR_ADMISSION = "WaitingForAdmission", Severity.QUIET  # quota: routine, the condition says it
     POD_CREATE_FAILED = "PodCreateFailed", Severity.WARNING
     VOLUME_MOUNT_FAILED = "VolumeMountFailed", Severity.WARNING
     IMAGE_PULL_FAILED = "ImagePullFailed", Severity.WARNING

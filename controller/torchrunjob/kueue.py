@@ -16,7 +16,9 @@ Workload's own words for why Kueue holds the worker Job back (`starting.kueue_ho
 
 Reads come from caches, never from the API on a pass (SPEC §7): Kueue Workloads (Kueue's,
 unlabelled by us) from an unselected `OptionalInformers` informer in the watched namespace,
-started only once discovery shows the kind is served (Kueue may come after the controller).
+started only once discovery shows the kind is served (Kueue may come after the controller), in
+the newest version served (`api.kueue.workloads_served`: `v1beta2` on current Kueue, `v1beta1`
+on 0.14).
 """
 
 from __future__ import annotations
@@ -24,14 +26,11 @@ from __future__ import annotations
 import structlog
 
 from controller.api import Scheduler, TorchrunJob, TorchrunQueue
+from controller.api.kueue import JOB_UID_LABEL, workloads_served
 from controller.cache import Lister, OptionalInformers
-from controller.meta import Obj, is_controlled_by
+from controller.meta import Obj, Resource, is_controlled_by
 from controller.rest.client import RESTClient
-from controller.torchrunjob.manifests.podgroup import (
-    KUEUE_JOB_UID_LABEL,
-    KUEUE_WORKLOADS,
-    workload_active_patch,
-)
+from controller.torchrunjob.manifests.podgroup import workload_active_patch
 from controller.torchrunjob.starting import kueue_hold
 
 log = structlog.get_logger("podgroups")
@@ -53,12 +52,15 @@ class KueueWorkloads:
             return
         if not job.spec.suspend and not (worker.get("spec") or {}).get("suspend"):
             return  # admitted and running: nothing to mirror
-        for workload in self._workloads_of(job, worker["metadata"]["uid"]):
+        resource = workloads_served(self.informers.served)
+        if resource is None:
+            return  # Kueue is not installed: nothing holds the Job back
+        for workload in self._workloads_of(resource, job, worker["metadata"]["uid"]):
             patch = workload_active_patch(workload, job.spec.suspend)
             if patch is None:
                 continue
             name = workload["metadata"]["name"]
-            self.client.patch(KUEUE_WORKLOADS, name, patch, job.namespace)
+            self.client.patch(resource, name, patch, job.namespace)
             log.info("kueue workload", key=job.key, workload=name, active=patch["spec"]["active"])
 
     def hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
@@ -68,11 +70,13 @@ class KueueWorkloads:
             return None
         if not (worker.get("spec") or {}).get("suspend"):
             return None
-        said = kueue_hold(self._workloads_of(job, worker["metadata"]["uid"]))
+        resource = workloads_served(self.informers.served)
+        workloads = [] if resource is None else self._workloads_of(resource, job, worker["metadata"]["uid"])
+        said = kueue_hold(workloads)
         return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
 
-    def _workloads_of(self, job: TorchrunJob, worker_uid: str) -> list[Obj]:
-        cache = self.informers.lister(KUEUE_WORKLOADS)
-        if cache is None:  # Kueue is not installed; the queue is not Ready then anyway
+    def _workloads_of(self, resource: Resource, job: TorchrunJob, worker_uid: str) -> list[Obj]:
+        cache = self.informers.lister(resource)
+        if cache is None:  # Kueue was removed since discovery looked
             return []
-        return cache.list(job.namespace, {KUEUE_JOB_UID_LABEL: worker_uid})
+        return cache.list(job.namespace, {JOB_UID_LABEL: worker_uid})

@@ -4,7 +4,7 @@ quoting whoever knows it — as `Unschedulable` quotes the scheduler.
 Precedence: the earliest stage of a worker's life that holds any worker back wins (nothing after
 it can happen before it clears), and within a stage the messages of every worker it holds, each
 distinct message once:
-1. `WaitingForKueue` — Kueue holds the worker Job suspended: its Workload's `QuotaReserved` (or
+1. `WaitingForAdmission` — Kueue holds the worker Job suspended: its Workload's `QuotaReserved` (or
    `Admitted`) condition says why;
 2. `PodCreateFailed` — the Job controller cannot create worker pods (its `FailedCreate` Events:
    a ResourceQuota, a LimitRange, a webhook), while the Job has fewer pods than nodes;
@@ -63,7 +63,7 @@ ROOT_IMAGE_HINT = (
 
 # stage order: the earlier wins (module doc)
 _ORDER = (
-    Reason.WAITING_FOR_KUEUE,
+    Reason.WAITING_FOR_ADMISSION,
     Reason.POD_CREATE_FAILED,
     Reason.UNSCHEDULABLE,
     Reason.VOLUME_MOUNT_FAILED,
@@ -209,7 +209,7 @@ def blocked(evidence: Evidence) -> Blocked | None:
     """The reason of the earliest stage holding a worker back, with its words (module doc)."""
     found: dict[Reason, str] = {}
     if evidence.kueue:
-        found[Reason.WAITING_FOR_KUEUE] = evidence.kueue
+        found[Reason.WAITING_FOR_ADMISSION] = evidence.kueue
     if evidence.failed_create:
         found[Reason.POD_CREATE_FAILED] = evidence.failed_create
     if evidence.unschedulable:

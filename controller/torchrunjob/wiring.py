@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import JOB_LABEL
+from controller.api.kueue import WORKLOAD_VERSIONS
 from controller.api.reasons import Reason
 from controller.api.resources import (
     JOB_QUEUE_INDEX,
@@ -48,7 +49,7 @@ from controller.runtime import Controller
 from controller.runtime.events import EventRecorder
 from controller.torchrunjob.controller import Options, TorchrunJobReconciler
 from controller.torchrunjob.kueue import KueueWorkloads
-from controller.torchrunjob.manifests.podgroup import KUEUE_WORKLOADS, POD_GROUP_RESOURCES
+from controller.torchrunjob.manifests.podgroup import POD_GROUP_RESOURCES
 from controller.torchrunjob.podgroups import PodGroups
 from controller.workqueue import RateLimitingQueue, default_controller_rate_limiter
 from controller.workqueue.metrics import MetricsProvider
@@ -131,10 +132,11 @@ def new_controller(
         factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(owned_handler)
     for resource in POD_GROUP_RESOURCES.values():
         informers.add_event_handler(resource, owned_handler, label_selector=JOB_LABEL)
-    # a Workload's appearance, and its status (Kueue's words for why it waits: starting.py)
-    informers.add_event_handler(
-        KUEUE_WORKLOADS, FuncHandler(add=lambda o, _: handlers.owned(o), update=handlers.owned_updated)
-    )
+    # a Workload's appearance, and its status (Kueue's words for why it waits: starting.py); on
+    # every version, as only the one `kueue.py` reads (the newest served) ever has its informer
+    workload_handler = FuncHandler(add=lambda o, _: handlers.owned(o), update=handlers.owned_updated)
+    for resource in WORKLOAD_VERSIONS:
+        informers.add_event_handler(resource, workload_handler)
     return controller
 
 

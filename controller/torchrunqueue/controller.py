@@ -47,6 +47,7 @@ from controller.api import (
     to_json,
     validate_queue,
 )
+from controller.api.kueue import API_VERSIONS as KUEUE_API_VERSIONS
 from controller.api.reasons import QueueReason
 from controller.api.resources import JOB_QUEUE_INDEX, TORCHRUNQUEUES
 from controller.cache import Lister, OptionalInformers
@@ -63,12 +64,13 @@ log = structlog.get_logger("torchrunqueue")
 STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False)
 RECHECK_AFTER = 10.0
 
-# the APIs each scheduler must serve, and what to install when it does not
-SCHEDULER_APIS: dict[Scheduler, tuple[tuple[str, ...], str]] = {
-    Scheduler.KAI: ((KAI_QUEUES.api_version, KAI_PODGROUPS_VERSION), "KAI-Scheduler"),
-    Scheduler.KUEUE: (("kueue.x-k8s.io/v1beta1",), "Kueue"),
-    Scheduler.COSCHEDULING: (("scheduling.x-k8s.io/v1alpha1",), "scheduler-plugins (coscheduling)"),
-    Scheduler.VOLCANO: (("scheduling.volcano.sh/v1beta1",), "Volcano"),
+# the APIs each scheduler must serve — each entry a group version, or alternatives of which one
+# will do — and what to install when it does not
+SCHEDULER_APIS: dict[Scheduler, tuple[tuple[tuple[str, ...], ...], str]] = {
+    Scheduler.KAI: (((KAI_QUEUES.api_version,), (KAI_PODGROUPS_VERSION,)), "KAI-Scheduler"),
+    Scheduler.KUEUE: ((KUEUE_API_VERSIONS,), "Kueue"),
+    Scheduler.COSCHEDULING: ((("scheduling.x-k8s.io/v1alpha1",),), "scheduler-plugins (coscheduling)"),
+    Scheduler.VOLCANO: ((("scheduling.volcano.sh/v1beta1",),), "Volcano"),
 }
 
 
@@ -156,8 +158,8 @@ class TorchrunQueueReconciler:
         needed = SCHEDULER_APIS.get(scheduler)
         if needed is None:
             return None
-        versions, product = needed
-        absent = [gv for gv in versions if not self.discovery.served(gv)]
+        apis, product = needed
+        absent = [" or ".join(alts) for alts in apis if not any(self.discovery.served(gv) for gv in alts)]
         if not absent:
             return None
         return (

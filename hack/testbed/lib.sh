@@ -3,6 +3,8 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO_DIR="$(cd "$HACK_DIR/.." && pwd)"
 # shellcheck source=../versions.env
 source "$HACK_DIR/versions.env"
+# the Kueue compatibility bench (hack/bench/kueue_compat.py) runs the Kueue tests on an older Kueue
+KUEUE_VERSION="${TORCHRUN_KUEUE_VERSION:-$KUEUE_VERSION}"
 # Everything built or downloaded lives outside the repository, keyed by the pins.
 CACHE_DIR="${TORCHRUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/torchrun-controller}"
 BIN_DIR="$CACHE_DIR/bin"

@@ -19,6 +19,7 @@ through the API and checks the controller's side of the contract.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from summary_notes import KUEUE, STAND_IN
 from testbed import REPO, Cluster, cache_dir, pins, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
+from controller.api.kueue import workloads_served
 from controller.cmd.main import App
 from controller.rest import RESTClient
 from controller.rest.errors import ApiError
@@ -86,7 +88,7 @@ def no_scheduler_apis(cluster: Cluster) -> None:
     removed here, their objects' finalizers first (no scheduler runs to release them), and
     discovery is waited on until it no longer serves any API a scheduler needs. Nothing to do,
     and no time spent, on a control plane that has none."""
-    versions = [gv for apis, _ in SCHEDULER_APIS.values() for gv in apis]
+    versions = [gv for apis, _ in SCHEDULER_APIS.values() for alts in apis for gv in alts]
     left = crds_of_groups(cluster, {gv.split("/")[0] for gv in versions})
     if left:
         release_instances(cluster, left)
@@ -700,7 +702,7 @@ def workload_as_kueue_makes_it(cluster: Cluster, ns: str, job: dict[str, Any]) -
     name = f"job-{job['metadata']['name']}-{job['metadata']['uid'][:5]}"
     cluster.apply(
         {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "apiVersion": kueue_api(cluster),
             "kind": "Workload",
             "metadata": {
                 "name": name,
@@ -976,8 +978,20 @@ def free_port() -> int:
         return port
 
 
+def kueue_version() -> str:
+    """The pinned Kueue, or the one hack/bench/kueue_compat.py asks for (as the scripts read it)."""
+    return os.environ.get("TORCHRUN_KUEUE_VERSION") or pins()["KUEUE_VERSION"]
+
+
 def kueue_binary() -> Path:
-    return cache_dir() / "bin" / f"kueue-{pins()['KUEUE_VERSION']}" / "kueue"
+    return cache_dir() / "bin" / f"kueue-{kueue_version()}" / "kueue"
+
+
+def kueue_api(cluster: Cluster) -> str:
+    """The Kueue API version the test writes in: the newest served (what Kueue stores)."""
+    served = workloads_served(lambda gv: api_served(cluster, gv))
+    assert served is not None, "no Kueue API is served"
+    return served.api_version
 
 
 @dataclass(frozen=True)
@@ -1000,33 +1014,33 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
     openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
     keys = ["-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")]
     subprocess.run([*openssl, "-subj", "/CN=kueue-webhook", *keys], check=True, capture_output=True)
+    webhook_port = free_port()
+    # a namespace of its own each time: the last one may still be terminating, its Secret gone
+    system = f"kueue-system-{uuid.uuid4().hex[:6]}"
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
-        "namespace": "kueue-system",
+        "namespace": system,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
         "metrics": {"bindAddress": "0"},
-        "webhook": {"port": free_port(), "host": "127.0.0.1", "certDir": str(certs)},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
         "leaderElection": {"leaderElect": False},
         # with it off, Kueue insists on metrics certificates under /etc/kueue; with it on, it keeps its
-        # CA in a Secret and only needs a certificate file in certDir (the webhooks are not registered)
+        # CA in a Secret, writes certDir, and waits to fill in its webhooks (`hooks_for_kueue_to_fill`)
         "internalCertManagement": {"enable": True},
         "integrations": {"frameworks": ["batch/job"]},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    cluster.kubectl("create", "namespace", "kueue-system", check=False)
+    hooks_for_kueue_to_fill(cluster, webhook_port)
+    cluster.kubectl("create", "namespace", system)
     # the Secret Kueue's cert rotator fills (Kueue's manifests ship it empty)
-    cluster.kubectl(
-        "create", "secret", "generic", "kueue-webhook-server-cert", "-n", "kueue-system", check=False
-    )
+    cluster.kubectl("create", "secret", "generic", "kueue-webhook-server-cert", "-n", system)
     log = (tmp_path / "kueue.log").open("w")
     gates = "--feature-gates=VisibilityOnDemand=false"  # no aggregated API server on a fixed port
     args = [str(binary), "--config", str(tmp_path / "config.yaml"), gates, "--zap-log-level=2"]
     proc = subprocess.Popen(args, env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)
     flavor = f"flavor-{uuid.uuid4().hex[:6]}"
-    cluster.apply(
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": flavor}}
-    )
+    cluster.apply({"apiVersion": kueue_api(cluster), "kind": "ResourceFlavor", "metadata": {"name": flavor}})
     try:
         yield RealKueue(flavor, cluster_queue(cluster, flavor, gpus=32))
     finally:
@@ -1037,7 +1051,50 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
             proc.kill()
         log.close()
         release_kueue_objects(cluster)
-        cluster.kubectl("delete", "namespace", "kueue-system", "--wait=false", check=False)
+        no_hooks_for_kueue(cluster)
+        cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
+
+
+KUEUE_CONVERTED = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueueclusters")
+KUEUE_HOOKS = ("validating", "mutating")
+
+
+def hooks_for_kueue_to_fill(cluster: Cluster, port: int) -> None:
+    """What Kueue's start waits to put its CA into (since 0.15 it starts nothing before): its two
+    webhook configurations, here with no webhook in them (the test bed registers none, as before),
+    and a conversion webhook on the CRDs it converts. The conversion is never called: every
+    client here reads the version Kueue stores (`v1beta2`), and the API server could not verify
+    Kueue's certificate (issued to its Service's DNS name) at this address anyway."""
+    for kind in KUEUE_HOOKS:
+        cluster.apply(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": f"{kind.capitalize()}WebhookConfiguration",
+                "metadata": {"name": f"kueue-{kind}-webhook-configuration"},
+                "webhooks": [],
+            }
+        )
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/convert"},
+        },
+    }
+    for plural in KUEUE_CONVERTED:
+        patch = json.dumps({"spec": {"conversion": conversion}})
+        cluster.kubectl("patch", "crd", f"{plural}.kueue.x-k8s.io", "--type=merge", "-p", patch)
+
+
+def no_hooks_for_kueue(cluster: Cluster) -> None:
+    """Undo `hooks_for_kueue_to_fill`: the CRDs convert as they were installed (`None`)."""
+    for kind in KUEUE_HOOKS:
+        cluster.kubectl(
+            "delete", f"{kind}webhookconfiguration", f"kueue-{kind}-webhook-configuration", check=False
+        )
+    none = json.dumps({"spec": {"conversion": {"strategy": "None", "webhook": None}}})
+    for plural in KUEUE_CONVERTED:
+        cluster.kubectl("patch", "crd", f"{plural}.kueue.x-k8s.io", "--type=merge", "-p", none, check=False)
 
 
 def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
@@ -1047,7 +1104,7 @@ def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
     quotas = {"nvidia.com/gpu": str(gpus), "cpu": "400", "memory": "4Ti"}
     cluster.apply(
         {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "apiVersion": kueue_api(cluster),
             "kind": "ClusterQueue",
             "metadata": {"name": name},
             "spec": {
@@ -1071,7 +1128,7 @@ def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
 
 def local_queue(cluster: Cluster, ns: str, cq: str, name: str = "team-lq") -> str:
     """A LocalQueue in `ns` that submits to ClusterQueue `cq`."""
-    body = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name}}
+    body = {"apiVersion": kueue_api(cluster), "kind": "LocalQueue", "metadata": {"name": name}}
     cluster.apply({**body, "spec": {"clusterQueue": cq}}, ns)
     return name
 
@@ -1167,7 +1224,7 @@ class TestRealKueue:
     ) -> None:
         """A ClusterQueue with the GPUs of one 2-node job (16): the first job is admitted and runs;
         the second is held — its Job suspended, no pod, its Workload `QuotaReserved=False Pending`
-        naming the GPUs it lacks, quoted by `Running=False WaitingForKueue` — for as long as the
+        naming the GPUs it lacks, quoted by `Running=False WaitingForAdmission` — for as long as the
         first holds the quota (sampled, not assumed); the first job deleted, Kueue admits the
         second into the freed quota and it runs."""
         cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
@@ -1199,13 +1256,12 @@ class TestRealKueue:
         assert f"insufficient unused quota for nvidia.com/gpu in flavor {real_kueue.flavor}" in why, why
 
         def quoted() -> dict[str, Any] | None:
-            """Running=False WaitingForKueue quoting the Workload (a message-only change of the
+            """Running=False WaitingForAdmission quoting the Workload (a message-only change of the
             condition may wait the controller's COUNTS_BATCH before it is written)."""
             tj = cluster.get("torchrunjob", "second", "-n", namespace)
             running = condition(tj, "Running") or {}
-            said = running.get("reason") == "WaitingForKueue" and "insufficient unused quota" in running.get(
-                "message", ""
-            )
+            message = running.get("message", "")
+            said = running.get("reason") == "WaitingForAdmission" and "insufficient unused quota" in message
             return running if said else None
 
         wait_until(quoted, 30, 0.5, message="the job quotes Kueue")
@@ -1216,7 +1272,7 @@ class TestRealKueue:
             # the TorchrunJob says why, in Kueue's words from the Workload (starting.py)
             assert tj["status"]["phase"] == "Pending" and tj["status"]["workers"]["ready"] == 0
             running = condition(tj, "Running") or {}
-            assert (running.get("status"), running.get("reason")) == ("False", "WaitingForKueue"), running
+            assert (running.get("status"), running.get("reason")) == ("False", "WaitingForAdmission"), running
             assert "insufficient unused quota for nvidia.com/gpu" in running.get("message", ""), running
             first = condition(cluster.get("torchrunjob", "first", "-n", namespace), "Running") or {}
             assert first.get("reason") == "AllWorkersRunning", first

@@ -92,7 +92,7 @@ def test_precedence_earliest_stage_wins() -> None:
         order.append(got.reason)
         evidence = Evidence(**{**evidence.__dict__, field: [] if field == "pods" else None})
     assert order == [
-        Reason.WAITING_FOR_KUEUE,
+        Reason.WAITING_FOR_ADMISSION,
         Reason.POD_CREATE_FAILED,
         Reason.UNSCHEDULABLE,
         Reason.VOLUME_MOUNT_FAILED,

@@ -36,8 +36,6 @@ from controller.torchrunjob.manifests.worker import worker_requests
 KAI_POD_GROUPS = Resource("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup")
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
-KUEUE_WORKLOADS = Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
-KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 VOLCANO_DEFAULT_QUEUE = "default"
 
 POD_GROUP_RESOURCES: dict[Scheduler, Resource] = {

@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.api import Scheduler, TorchrunJob, TorchrunQueue
+from controller.api.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 KAI_POD_GROUP_ANNOTATION = "pod-group-name"
 KAI_SKIP_POD_GROUPER_ANNOTATION = "kai.scheduler/skip-podgrouper"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 VOLCANO_SCHEDULER_NAME = "volcano"
