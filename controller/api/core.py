@@ -24,6 +24,12 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 # Schema keywords shared by many fields.
 NAME_SCHEMA = {"minLength": 1, "maxLength": MAX_NAME_LENGTH, "pattern": DNS_SUBDOMAIN_PATTERN}
 LABEL_NAME_SCHEMA = {"minLength": 1, "maxLength": 63, "pattern": DNS_LABEL_PATTERN}
+# a label key: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_KEY_SCHEMA = {"minLength": 1, "maxLength": 317, "pattern": LABEL_KEY_PATTERN}
 PATH_SCHEMA = {"pattern": "^/", "maxLength": 1024}
 IMAGE_SCHEMA = {"minLength": 1, "maxLength": 1024}
 

@@ -1,4 +1,5 @@
-"""Kueue's API as the controller speaks it: which Workload version to read, and Kueue's labels.
+"""Kueue's API as the controller speaks it: which Workload version to read, Kueue's labels and
+annotations.
 
 Kueue 0.14 serves `kueue.x-k8s.io/v1beta1` alone; current releases (0.17, the test bed's) serve
 `v1beta1` and `v1beta2`, which they store. Kueue's CRDs leave conversion between the two to Kueue's
@@ -23,6 +24,9 @@ WORKLOAD_VERSIONS: tuple[Resource, ...] = tuple(
 API_VERSIONS: tuple[str, ...] = tuple(r.api_version for r in WORKLOAD_VERSIONS)
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on a Workload: the UID of the Job it admits
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a Job: the LocalQueue it is submitted to
+# on a pod template: the topology level (a node label) whose one domain must / should hold its pods
+REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
 
 
 def workloads_served(served: Callable[[str], bool]) -> Resource | None:

@@ -24,6 +24,7 @@ from controller.api.conditions import CONDITION_LIST_SCHEMA, Condition
 from controller.api.core import (
     ENV_LIST_SCHEMA,
     IMAGE_SCHEMA,
+    LABEL_KEY_SCHEMA,
     LABEL_NAME_SCHEMA,
     NAME_SCHEMA,
     PATH_SCHEMA,
@@ -113,6 +114,37 @@ class NodeResources:
     )
 
 
+@cel(
+    Rule(
+        "has(self.required) != has(self.preferred)",
+        "exactly one of required and preferred must be set",
+        reason="FieldValueInvalid",
+    )
+)
+@dataclass(frozen=True)
+class KueueTopology:
+    """Kueue's topology-aware scheduling of a job's workers: all within one domain of a level of
+    the Kueue Topology that the ClusterQueue's flavor names (a level is a node label)."""
+
+    required: str | None = field(
+        default=None,
+        metadata=api(
+            "Node label of the level whose one domain must hold every worker of a job (Kueue's "
+            "podset-required-topology), e.g. cloud.provider.com/topology-block; a job that fits "
+            "in no single domain waits.",
+            schema=LABEL_KEY_SCHEMA,
+        ),
+    )
+    preferred: str | None = field(
+        default=None,
+        metadata=api(
+            "Node label of the level whose one domain should hold every worker of a job (Kueue's "
+            "podset-preferred-topology); Kueue spreads them over more domains when none fits.",
+            schema=LABEL_KEY_SCHEMA,
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class Scheduling:
     """Where and by whom the queue's pods are scheduled."""
@@ -184,6 +216,7 @@ def _only_with(field_name: str, scheduler: Scheduler) -> Rule:
     _only_with("parentKaiQueue", Scheduler.KAI),
     _only_with("quota", Scheduler.KAI),
     _only_with("kueueLocalQueue", Scheduler.KUEUE),
+    _only_with("kueueTopology", Scheduler.KUEUE),
 )
 @dataclass(frozen=True)
 class TorchrunQueueSpec:
@@ -272,6 +305,14 @@ class TorchrunQueueSpec:
             "Kueue LocalQueue (in the job's namespace) the jobs are submitted to; "
             "the queue's name when absent.",
             schema=LABEL_NAME_SCHEMA,
+        ),
+    )
+    kueue_topology: KueueTopology | None = field(
+        default=None,
+        metadata=api(
+            "Topology-aware scheduling by Kueue: the level of the Kueue Topology whose one domain "
+            "holds a job's workers, required or preferred (the worker pods get Kueue's "
+            "podset-*-topology annotation)."
         ),
     )
     allow_overrides: tuple[Overridable, ...] = field(

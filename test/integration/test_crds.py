@@ -556,6 +556,29 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.kueueLocalQueue: Forbidden: kueueLocalQueue is only allowed with scheduling.scheduler kueue"],
     ),
     (
+        "queue-kueue-topology-without-kueue",
+        queue_manifest(kueueTopology={"required": "topology.kubernetes.io/zone"}),
+        ["spec.kueueTopology: Forbidden: kueueTopology is only allowed with scheduling.scheduler kueue"],
+    ),
+    (
+        "queue-kueue-topology-both-levels",
+        queue_manifest(
+            scheduling={"scheduler": "kueue"},
+            kueueTopology={"required": "topology.kubernetes.io/zone", "preferred": "kubernetes.io/hostname"},
+        ),
+        ["spec.kueueTopology: Invalid value", "exactly one of required and preferred must be set"],
+    ),
+    (
+        "queue-kueue-topology-no-level",
+        queue_manifest(scheduling={"scheduler": "kueue"}, kueueTopology={}),
+        ["spec.kueueTopology: Invalid value", "exactly one of required and preferred must be set"],
+    ),
+    (
+        "queue-kueue-topology-not-a-label-key",
+        queue_manifest(scheduling={"scheduler": "kueue"}, kueueTopology={"required": "zone/of/the/node"}),
+        ["spec.kueueTopology.required: Invalid value"],
+    ),
+    (
         "queue-limit-below-quota",
         queue_manifest(scheduling={"scheduler": "kai-scheduler"}, quota={"gpu": {"quota": 16, "limit": "8"}}),
         ["spec.quota.gpu.limit", "limit must be greater than or equal to quota"],

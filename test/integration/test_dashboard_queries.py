@@ -196,7 +196,9 @@ def resolved_variables(prom: Prometheus) -> dict[str, str]:
 
 
 def substitute(expr: str, variables: dict[str, str], rate_interval: str) -> str:
-    expr = expr.replace("$__rate_interval", rate_interval)
+    """`expr` as Grafana sends it: the variables' values, and the rate interval and the
+    dashboard's time range (`$__range`) both `rate_interval` (the whole run)."""
+    expr = expr.replace("$__rate_interval", rate_interval).replace("$__range", rate_interval)
     for name, value in sorted(variables.items(), key=lambda kv: -len(kv[0])):
         expr = expr.replace("${" + name + "}", value).replace("$" + name, value)
     assert "$" not in expr, expr
@@ -295,6 +297,33 @@ def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]
 
         return check
 
+    def ledger() -> dict[str, float]:
+        job = cluster.get("torchrunjob", run.job, "-n", run.namespace)
+        return {k: float(v) for k, v in job["status"]["goodput"]["seconds"].items()}
+
+    def goodput_ratio(results: list[Result]) -> bool:
+        """The job's status.goodput as a fraction. The script writes each attempt's steps in one
+        burst, so next to no wall time advanced training: near 0, and the ledger's own value
+        (which grows between the scrape and this read: 5 points of slack)."""
+        seconds = ledger()
+        truth = seconds.get("good", 0) / sum(seconds.values())
+        (value,) = by(results[0], "exported_job").values()
+        assert value < 0.1 and abs(value - truth) <= 0.05, (value, seconds)
+        return True
+
+    def lost_time(results: list[Result]) -> bool:
+        """Every cause but good, as status.goodput counts it. The silence from the first
+        attempt's step 5 to the second attempt's first step — the stall timeout (10 s), then the
+        restart — is the ledger's "restarts" (stall time within an attempt that went on would be
+        "stalls")."""
+        by_cause = by(results[0], "exported_job", "cause").items()
+        got = {cause: v for (job, cause), v in by_cause if job == run.job}
+        seconds = ledger()
+        assert set(got) == set(seconds) - {"good"}, (got, seconds)
+        assert got["restarts"] >= 10, got
+        assert all(abs(got[c] - seconds[c]) <= 5 for c in got), (got, seconds)
+        return True
+
     def present(results: list[Result]) -> bool:
         # a verb with no request in the window is NaN (a gap in Grafana): one real value each
         return all(any(not math.isnan(v) for v in r.values()) for r in results)
@@ -320,6 +349,16 @@ def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]
             0 <= v <= time.monotonic() - run.last_write + 2 for v in r[0].values()
         ),
         "Training / Progress reports by result": moved(("200",), labels=("result",)),
+        "Training / Goodput by job": goodput_ratio,
+        "Training / Lost time by cause": lost_time,
+        "Training / Restarts and their cap": lambda r: (
+            [by(t, "exported_job") for t in r] == [{(run.job,): 1}, {(run.job,): 3}]  # maxRestarts 3
+        ),
+        # the stall the script caused, seen while it lasted (the job progresses again now)
+        "Training / Not progressing in range": lambda r: (
+            by(r[0], "exported_job", "reason") == {(run.job, "Stalled"): 1}
+        ),
+        "Training / Newest checkpoint age": lambda r: r == [{}],  # the script saves no checkpoint
         # a running job's reconciles end in a requeue: its progress is looked at every period
         "Reconcile / Reconciles by result": moved(
             ("torchrunjob", "requeue"), ("torchrunqueue", "success"), labels=("controller", "result")

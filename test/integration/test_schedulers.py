@@ -1126,6 +1126,29 @@ def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
     return name
 
 
+ZONE = "topology.kubernetes.io/zone"  # the test bed's kwok nodes: gpu-node-<i> in zone-<i % 2>
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def topology_cluster_queue(cluster: Cluster, gpus: int) -> str:
+    """A ClusterQueue of `gpus` GPUs on a flavor of its own for topology-aware scheduling: a Kueue
+    Topology of two levels (zone, then node) and a flavor on the kwok nodes naming it."""
+    api, suffix = kueue_api(cluster), uuid.uuid4().hex[:6]
+    levels = [{"nodeLabel": ZONE}, {"nodeLabel": HOSTNAME}]
+    cluster.apply(
+        {
+            "apiVersion": api,
+            "kind": "Topology",
+            "metadata": {"name": f"zones-{suffix}"},
+            "spec": {"levels": levels},
+        }
+    )
+    flavor = f"tas-{suffix}"
+    spec = {"nodeLabels": {"type": "kwok"}, "topologyName": f"zones-{suffix}"}
+    cluster.apply({"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": spec})
+    return cluster_queue(cluster, flavor, gpus)
+
+
 def local_queue(cluster: Cluster, ns: str, cq: str, name: str = "team-lq") -> str:
     """A LocalQueue in `ns` that submits to ClusterQueue `cq`."""
     body = {"apiVersion": kueue_api(cluster), "kind": "LocalQueue", "metadata": {"name": name}}
@@ -1136,7 +1159,7 @@ def local_queue(cluster: Cluster, ns: str, cq: str, name: str = "team-lq") -> st
 def release_kueue_objects(cluster: Cluster) -> None:
     """Delete what Kueue made or guarded: with Kueue stopped, its finalizers would block the
     namespaces and the CRDs from going, so they are taken off first."""
-    for kind in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+    for kind in ("workloads", "localqueues", "clusterqueues", "resourceflavors", "topologies.kueue.x-k8s.io"):
         for item in cluster.get(kind, "-A")["items"]:
             meta = item["metadata"]
             ns = ["-n", meta["namespace"]] if meta.get("namespace") else []
@@ -1291,3 +1314,53 @@ class TestRealKueue:
         running = job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="second")
         assert running["status"]["workers"]["ready"] == 2
         assert cluster.get("job", "second", "-n", namespace)["spec"]["suspend"] is False
+
+    def test_real_kueue_keeps_a_jobs_workers_in_one_zone_when_the_queue_requires_it(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        real_kueue: RealKueue,
+    ) -> None:
+        """Kueue's topology-aware scheduling, asked for by the queue (`kueueTopology.required`):
+        the test bed's 4 nodes are two zones of two. A 3-node job fits in no zone, so Kueue holds
+        it although its quota and the free nodes would take it, and the job quotes Kueue; a 2-node
+        job is admitted into one zone, and Kueue ungates each worker onto a node of that zone."""
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in cluster.get("nodes")["items"]}
+        zones = {labels[ZONE] for labels in nodes.values() if labels.get("type") == "kwok"}
+        assert len(nodes) == 4 and len(zones) == 2, nodes
+        cq = topology_cluster_queue(cluster, gpus=32)
+        queue = make_queue(
+            scheduling={"scheduler": "kueue"},
+            kueueLocalQueue=local_queue(cluster, namespace, cq),
+            kueueTopology={"required": ZONE},
+        )
+        start_controller()
+        make_job(cluster, namespace, queue, "three", numNodes=3)
+
+        def held_for_topology() -> dict[str, Any] | None:
+            tj = cluster.get("torchrunjob", "three", "-n", namespace)
+            running = condition(tj, "Running") or {}
+            held = running.get("reason") == "WaitingForAdmission" and "Kueue workload" in running.get(
+                "message", ""
+            )
+            return running if held and worker_pods(cluster, namespace, "three") == [] else None
+
+        running = wait_until(held_for_topology, 60, 0.5, message="Kueue holds the 3-node job")
+        workload = workload_of(cluster, namespace, "three") or {}
+        assert workload["spec"]["podSets"][0]["topologyRequest"]["required"] == ZONE, workload["spec"]
+        reserved = condition(workload, "QuotaReserved") or {}
+        assert reserved.get("status") == "False" and "insufficient unused quota" not in reserved["message"]
+        assert reserved["message"] in running["message"], (reserved, running)
+        cluster.kubectl("delete", "torchrunjob", "three", "-n", namespace, "--wait=true")
+
+        make_job(cluster, namespace, queue, "two")
+        job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="two")
+        pods = worker_pods(cluster, namespace, "two")
+        assert len(pods) == 2
+        placed = {nodes[p["spec"]["nodeName"]][ZONE] for p in pods}
+        assert len(placed) == 1, [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in pods]
+        for pod in pods:  # Kueue's gate is gone and its node selector names the pod's node
+            assert not pod["spec"].get("schedulingGates"), pod["spec"]
+            assert pod["spec"]["nodeSelector"].get(HOSTNAME) == pod["spec"]["nodeName"], pod["spec"]

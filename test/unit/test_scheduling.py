@@ -129,6 +129,19 @@ def test_kueue_labels_the_job_and_starts_it_suspended() -> None:
     assert worker(job(), queue("kueue"))["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
 
 
+def test_a_kueue_queues_topology_level_is_annotated_on_the_worker_pods() -> None:
+    required = queue("kueue", kueueTopology={"required": "topology.kubernetes.io/zone"})
+    annotations = worker(job(), required)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-required-topology"] == "topology.kubernetes.io/zone"
+    assert "kueue.x-k8s.io/podset-preferred-topology" not in annotations
+    preferred = queue("kueue", kueueTopology={"preferred": "cloud.example.com/block"})
+    annotations = worker(job(), preferred)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == "cloud.example.com/block"
+    assert "kueue.x-k8s.io/podset-required-topology" not in annotations
+    plain = worker(job(), queue("kueue"))["spec"]["template"]["metadata"].get("annotations") or {}
+    assert not any(k.startswith("kueue.x-k8s.io/podset-") for k in plain)
+
+
 def test_pod_group_drift_patches_only_what_differs() -> None:
     _, desired = pod_group(job(), queue("kai-scheduler"))
     existing = {

@@ -12,7 +12,10 @@ Every name below was checked against the scheduler's own source:
   `minMember: 1` depending on the version — no gang either way.
 - kueue: label `kueue.x-k8s.io/queue-name` on the Job (Kueue's `QueueLabel`); the Job is created
   suspended and Kueue admits it by unsuspending it (see `kueue.py` for how a user's suspend
-  and Kueue's admission stay out of each other's way).
+  and Kueue's admission stay out of each other's way). A queue's `kueueTopology` puts Kueue's
+  `kueue.x-k8s.io/podset-required-topology` (or `-preferred-`) annotation on the pod template:
+  Kueue's topology-aware scheduling then admits the job into one domain of that level, gates
+  its pods and ungates each with a node selector inside the domain.
 - coscheduling (scheduler-plugins): pods labelled `scheduling.x-k8s.io/pod-group` (its
   `PodGroupLabel`) and `schedulerName: scheduler-plugins-scheduler`, the name scheduler-plugins'
   own "as a second scheduler" install gives its profile with the Coscheduling plugin: kube-scheduler
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.api import Scheduler, TorchrunJob, TorchrunQueue
+from controller.api.kueue import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
 from controller.api.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
@@ -73,7 +77,9 @@ def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
             scheduler_name=KAI_SCHEDULER_NAME,
         )
     if scheduler == Scheduler.KUEUE:
-        return SchedulerFields(job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name})
+        return SchedulerFields(
+            job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name}, pod_annotations=kueue_topology(queue)
+        )
     if scheduler == Scheduler.COSCHEDULING:
         return SchedulerFields(
             pod_labels={COSCHEDULING_LABEL: group}, scheduler_name=COSCHEDULING_SCHEDULER_NAME
@@ -88,3 +94,13 @@ def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
 def creates_suspended(queue: TorchrunQueue) -> bool:
     """Kueue admits a Job by unsuspending it, so the Job must start suspended."""
     return queue.spec.scheduling.scheduler == Scheduler.KUEUE
+
+
+def kueue_topology(queue: TorchrunQueue) -> dict[str, str]:
+    """Kueue's topology annotation for the worker pods, when the queue asks for one."""
+    topology = queue.spec.kueue_topology
+    if topology is None:
+        return {}
+    if topology.required:
+        return {REQUIRED_TOPOLOGY_ANNOTATION: topology.required}
+    return {PREFERRED_TOPOLOGY_ANNOTATION: topology.preferred} if topology.preferred else {}
