@@ -27,6 +27,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a Job: the LocalQueue it is subm
 # on a pod template: the topology level (a node label) whose one domain must / should hold its pods
 REQUIRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-preferred-topology"
+# on a Job (and on the Workloads Kueue makes for it, when its ElasticJobsViaWorkloadSlices gate is
+# on): run it as workload slices; the scheduling gate holds each new pod until its slice is admitted
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+ELASTIC_JOB_GATE = "kueue.x-k8s.io/elastic-job"
 
 
 def workloads_served(served: Callable[[str], bool]) -> Resource | None:

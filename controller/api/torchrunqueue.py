@@ -217,6 +217,20 @@ def _only_with(field_name: str, scheduler: Scheduler) -> Rule:
     _only_with("quota", Scheduler.KAI),
     _only_with("kueueLocalQueue", Scheduler.KUEUE),
     _only_with("kueueTopology", Scheduler.KUEUE),
+    Rule(
+        "!has(self.kueueWorkloadSlices) || !self.kueueWorkloadSlices || "
+        f"self.scheduling.scheduler == '{Scheduler.KUEUE.value}'",
+        f"kueueWorkloadSlices is only allowed with scheduling.scheduler {Scheduler.KUEUE.value}",
+        field_path=".kueueWorkloadSlices",
+        reason="FieldValueForbidden",
+    ),
+    Rule(
+        "!has(self.kueueTopology) || !has(self.kueueWorkloadSlices) || !self.kueueWorkloadSlices",
+        "kueueWorkloadSlices cannot be combined with kueueTopology: Kueue runs elastic jobs without "
+        "a required or preferred topology",
+        field_path=".kueueWorkloadSlices",
+        reason="FieldValueForbidden",
+    ),
 )
 @dataclass(frozen=True)
 class TorchrunQueueSpec:
@@ -313,6 +327,17 @@ class TorchrunQueueSpec:
             "Topology-aware scheduling by Kueue: the level of the Kueue Topology whose one domain "
             "holds a job's workers, required or preferred (the worker pods get Kueue's "
             "podset-*-topology annotation)."
+        ),
+    )
+    kueue_workload_slices: bool = field(
+        default=False,
+        metadata=api(
+            "The cluster's Kueue runs elastic jobs as workload slices (its ElasticJobsViaWorkloadSlices "
+            "feature gate is on): the elastic jobs of this queue are marked kueue.x-k8s.io/elastic-job "
+            "and their pods carry Kueue's elastic-job scheduling gate, and the autoscaler grows them one "
+            "node at a time, each growth a new workload slice Kueue admits within the ClusterQueue's "
+            "quota (the new pod waits, gated, until it does). Off: elastic jobs keep their size on "
+            "Kueue queues. Do not set it where the gate is off: nothing would ungate the pods."
         ),
     )
     allow_overrides: tuple[Overridable, ...] = field(

@@ -76,6 +76,7 @@ class ElasticJob:
     gpu_resource: str
     placement: tuple[str | None, ...]
     waiting: bool = False
+    grow_only: bool = False  # Kueue's: its quota bounds the growth, shrinking is its preemption
 
     @property
     def nodes(self) -> int:

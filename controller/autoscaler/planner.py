@@ -11,6 +11,8 @@ One pass, in this order:
    - while demand is unmet, jobs give back a node each and the waiting pods are placed again:
      the most fulfilled among those whose node would then hold a waiting pod, else the most
      fulfilled whose node could hold one once more is freed there.
+Jobs on a Kueue queue with `kueueWorkloadSlices` are never shrunk (`grow_only`): Kueue admits
+their growth against its quota and reclaims it by preemption.
 3. **Grow** only when nothing shrank and no satisfiable demand is unmet: the least-fulfilled jobs
    first, one node each, when the load of their GPU resource after the change stays at or below
    `max_load` *and* the dry run (`placement.py`) finds a node with the room for one more pod.
@@ -98,7 +100,9 @@ class _Pass:
 
     def shrinkable(self) -> list[ElasticJob]:
         """Jobs that may give back a node this pass, the most fulfilled first."""
-        jobs = [j for j in self.jobs if j.nodes > j.min_nodes and j.key not in self.changed]
+        jobs = [
+            j for j in self.jobs if j.nodes > j.min_nodes and j.key not in self.changed and not j.grow_only
+        ]
         return sorted(jobs, key=lambda j: (-j.fulfilment, -j.nodes, j.key))
 
     def shrink(self, job: ElasticJob, reason: AutoscalerReason) -> None:
@@ -146,6 +150,8 @@ class _Pass:
 
     def grow(self) -> None:
         jobs = [j for j in self.jobs if not j.waiting and j.nodes < j.max_nodes]
+        # a Kueue job grows again only once its last growth's slice is admitted and placed
+        jobs = [j for j in jobs if not (j.grow_only and None in j.placement)]
         for job in sorted(jobs, key=lambda j: (j.fulfilment, j.nodes, j.key)):
             resource, gpus = job.gpu_resource, job.gpus_per_node
             if gpus and (not self.allocatable.get(resource) or self.over_target(resource, gpus)):

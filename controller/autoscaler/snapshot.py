@@ -8,7 +8,10 @@ What it decides:
   finished nor terminating (a terminating pod is leaving: counting it would make the next pass
   shrink again for room already on its way).
 - **Elastic jobs the autoscaler may resize**: `elastic.minNodes < maxNodes`, on a queue whose
-  scheduler is not Kueue or KAI (they own admission and quota: we do not fight them), GPUs per
+  scheduler is not Kueue or KAI (they own admission and quota: we do not fight them) — but for
+  a Kueue queue with `kueueWorkloadSlices`, whose jobs it may only *grow* (each growth is a
+  workload slice that Kueue admits within its quota, or holds: Kueue's quota, not the
+  autoscaler, bounds it; shrinking stays Kueue's, by preemption), GPUs per
   node > 0, `distributed.maxRestarts` ≥ 1 (for torchrun a node leaving is a failure of the
   survivors' workers, answered by a restart and a new rendezvous: with no restart to spend, a
   shrink would fail the job), not suspended, not deleted, not finished, and `Running=True` — or
@@ -103,27 +106,47 @@ class _Candidate:
     size: int
     gpu_resource: str
     waiting: bool
+    grow_only: bool
 
 
-def queue_settings(queues: Iterable[Obj]) -> dict[str, tuple[str, str]]:
-    """Queue name → (scheduler, GPU resource name)."""
+@dataclass(frozen=True)
+class QueueSettings:
+    """What the autoscaler reads of a TorchrunQueue."""
+
+    scheduler: str
+    gpu_resource: str
+    workload_slices: bool = False  # a Kueue queue whose Kueue runs elastic jobs as slices
+
+    @property
+    def resizable(self) -> bool:
+        """The autoscaler may resize the queue's jobs (grow only, on a Kueue queue)."""
+        return self.scheduler not in SCHEDULERS_LEFT_ALONE or self.grow_only
+
+    @property
+    def grow_only(self) -> bool:
+        return self.scheduler == "kueue" and self.workload_slices
+
+
+def queue_settings(queues: Iterable[Obj]) -> dict[str, QueueSettings]:
+    """Queue name → its settings."""
     out = {}
     for q in queues:
         spec = q.get("spec") or {}
         scheduler = (spec.get("scheduling") or {}).get("scheduler") or "default"
         resource = (spec.get("nodeResources") or {}).get("gpuResourceName") or DEFAULT_GPU_RESOURCE
-        out[q["metadata"]["name"]] = (scheduler, resource)
+        slices = bool(spec.get("kueueWorkloadSlices"))
+        out[q["metadata"]["name"]] = QueueSettings(scheduler, resource, slices)
     return out
 
 
-def elastic_candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> bool:
+def elastic_candidate(job: Obj, queues: Mapping[str, QueueSettings]) -> bool:
     """The job is elastic on a queue the autoscaler may resize on, live and not suspended: what
     `candidate` asks before it looks at how the job is doing."""
     spec = job.get("spec") or {}
     elastic = spec.get("elastic") or {}
     low, high = int(elastic.get("minNodes") or 0), int(elastic.get("maxNodes") or 0)
     queue = queues.get(spec.get("jobQueue") or "")
-    if not (0 < low < high) or queue is None or queue[0] in SCHEDULERS_LEFT_ALONE:
+    if not (0 < low < high) or queue is None or not queue.resizable:
         return False
     if spec.get("suspend") or job["metadata"].get("deletionTimestamp"):
         return False
@@ -132,7 +155,7 @@ def elastic_candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> bool:
     return not (_is_true(job, "Succeeded") or _is_true(job, "Failed"))
 
 
-def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | None:
+def candidate(job: Obj, queues: Mapping[str, QueueSettings]) -> _Candidate | None:
     """The job as a resizable elastic job, or None when the autoscaler leaves it alone."""
     if not elastic_candidate(job, queues):
         return None
@@ -144,17 +167,18 @@ def candidate(job: Obj, queues: Mapping[str, tuple[str, str]]) -> _Candidate | N
     if running is None:
         return None
     waiting = running.get("status") != "True"
-    if waiting and running.get("reason") != Reason.UNSCHEDULABLE:
-        return None  # starting, restarting, waiting for etcd...: left alone
+    if waiting and (running.get("reason") != Reason.UNSCHEDULABLE or queue.grow_only):
+        return None  # starting, restarting, a slice Kueue holds...: left alone
     size = status.get("desiredNodes") or status.get("nodes") or spec.get("numNodes") or low
-    return _Candidate(_key(job), low, high, min(max(int(size), low), high), queue[1], waiting)
+    size = min(max(int(size), low), high)
+    return _Candidate(_key(job), low, high, size, queue.gpu_resource, waiting, queue.grow_only)
 
 
 def build_snapshot(
     nodes: Iterable[Obj], pods: Iterable[Obj], jobs: Iterable[Obj], queues: Iterable[Obj]
 ) -> ClusterSnapshot:
     settings = queue_settings(queues)
-    gpu_resources = frozenset({DEFAULT_GPU_RESOURCE, *(r for _, r in settings.values())})
+    gpu_resources = frozenset({DEFAULT_GPU_RESOURCE, *(q.gpu_resource for q in settings.values())})
     schedulable_nodes = [to_node(n) for n in nodes if schedulable(n)]
     free = {n.name: dict(n.free) for n in schedulable_nodes}
     jobs = list(jobs)
@@ -197,7 +221,9 @@ def build_snapshot(
         if known is None or known.requests.get(c.gpu_resource, 0) <= 0:
             continue  # no pod to learn its shape from, or no GPU: nothing to plan
         slots = tuple(placement[key])
-        elastic.append(ElasticJob(key, c.min_nodes, c.max_nodes, known, c.gpu_resource, slots, c.waiting))
+        elastic.append(
+            ElasticJob(key, c.min_nodes, c.max_nodes, known, c.gpu_resource, slots, c.waiting, c.grow_only)
+        )
         if not c.waiting:
             pending.extend(PendingPod(known, False, key) for slot in slots if slot is None)
     out_nodes = tuple(

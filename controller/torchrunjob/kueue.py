@@ -65,13 +65,18 @@ class KueueWorkloads:
 
     def hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
         """Why Kueue holds the worker Job back, while it does: a Kueue queue's Job suspended
-        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits)."""
+        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits), or,
+        on a queue with `kueueWorkloadSlices`, a growth's workload slice not admitted yet (its
+        words; its pod waits behind Kueue's scheduling gate)."""
         if queue.spec.scheduling.scheduler != Scheduler.KUEUE or job.spec.suspend:
             return None
-        if not (worker.get("spec") or {}).get("suspend"):
+        suspended = bool((worker.get("spec") or {}).get("suspend"))
+        if not suspended and not queue.spec.kueue_workload_slices:
             return None
         resource = workloads_served(self.informers.served)
         workloads = [] if resource is None else self._workloads_of(resource, job, worker["metadata"]["uid"])
+        if not suspended:
+            return kueue_hold(w for w in workloads if _pending_slice(w))
         said = kueue_hold(workloads)
         return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
 
@@ -80,3 +85,12 @@ class KueueWorkloads:
         if cache is None:  # Kueue was removed since discovery looked
             return []
         return cache.list(job.namespace, {JOB_UID_LABEL: worker_uid})
+
+
+def _pending_slice(workload: Obj) -> bool:
+    """A Workload Kueue has neither admitted nor finished (an older slice it replaced is Finished)."""
+    status = workload.get("status") or {}
+    finished = any(
+        c.get("type") == "Finished" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+    return not status.get("admission") and not finished

@@ -561,6 +561,23 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.kueueTopology: Forbidden: kueueTopology is only allowed with scheduling.scheduler kueue"],
     ),
     (
+        "queue-workload-slices-without-kueue",
+        queue_manifest(kueueWorkloadSlices=True),
+        [
+            "spec.kueueWorkloadSlices: Forbidden",
+            "kueueWorkloadSlices is only allowed with scheduling.scheduler kueue",
+        ],
+    ),
+    (
+        "queue-workload-slices-with-topology",
+        queue_manifest(
+            scheduling={"scheduler": "kueue"},
+            kueueWorkloadSlices=True,
+            kueueTopology={"required": "topology.kubernetes.io/zone"},
+        ),
+        ["spec.kueueWorkloadSlices: Forbidden: kueueWorkloadSlices cannot be combined with kueueTopology"],
+    ),
+    (
         "queue-kueue-topology-both-levels",
         queue_manifest(
             scheduling={"scheduler": "kueue"},

@@ -1036,7 +1036,8 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
     # the Secret Kueue's cert rotator fills (Kueue's manifests ship it empty)
     cluster.kubectl("create", "secret", "generic", "kueue-webhook-server-cert", "-n", system)
     log = (tmp_path / "kueue.log").open("w")
-    gates = "--feature-gates=VisibilityOnDemand=false"  # no aggregated API server on a fixed port
+    # no aggregated API server on a fixed port; elastic jobs as workload slices (alpha in 0.17)
+    gates = "--feature-gates=VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true"
     args = [str(binary), "--config", str(tmp_path / "config.yaml"), gates, "--zap-log-level=2"]
     proc = subprocess.Popen(args, env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)
     flavor = f"flavor-{uuid.uuid4().hex[:6]}"
@@ -1364,3 +1365,69 @@ class TestRealKueue:
         for pod in pods:  # Kueue's gate is gone and its node selector names the pod's node
             assert not pod["spec"].get("schedulingGates"), pod["spec"]
             assert pod["spec"]["nodeSelector"].get(HOSTNAME) == pod["spec"]["nodeName"], pod["spec"]
+
+    def test_real_kueue_grows_an_elastic_job_through_admitted_slices_and_never_past_its_quota(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        make_queue: Maker,
+        start_controller: Callable[..., App],
+        real_kueue: RealKueue,
+    ) -> None:
+        """`kueueWorkloadSlices`: an elastic 1:3 job of 8-GPU nodes on a ClusterQueue of 16 GPUs,
+        with all 4 nodes free. The autoscaler grows it a node a pass: 1→2 is a new workload slice
+        Kueue admits, and the new pod is ungated and runs in the same worker Job; 2→3 needs 24
+        GPUs, so Kueue holds that slice: the third pod stays gated and unbound while nodes have
+        room, the job says so in Kueue's words, and the two ranks keep running."""
+        cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
+        queue = make_queue(
+            scheduling={"scheduler": "kueue"},
+            kueueLocalQueue=local_queue(cluster, namespace, cq),
+            kueueWorkloadSlices=True,
+        )
+        start_controller("--autoscaler-period", "1", "--max-load-desired", "1")
+        elastic = {"minNodes": 1, "maxNodes": 3}
+        make_job(
+            cluster, namespace, queue, "grow", numNodes=1, elastic=elastic, distributed={"maxRestarts": 3}
+        )
+        created = wait_until(lambda: get_or_none(cluster, "job", "grow", "-n", namespace), 60, message="Job")
+        first_uid = created["metadata"]["uid"]
+
+        def bound(n: int) -> list[dict[str, Any]] | None:
+            pods = [p for p in worker_pods(cluster, namespace, "grow") if p["spec"].get("nodeName")]
+            return pods if len(pods) == n else None
+
+        wait_until(lambda: bound(2), 120, 0.5, message="the job grows to 2 nodes through an admitted slice")
+        worker = cluster.get("job", "grow", "-n", namespace)
+        assert worker["metadata"]["uid"] == first_uid and worker["spec"]["parallelism"] >= 2
+
+        def held() -> dict[str, Any] | None:
+            """The third rank's pod exists, gated and unbound, and the job quotes Kueue."""
+            gated = [
+                p
+                for p in worker_pods(cluster, namespace, "grow")
+                if not p["spec"].get("nodeName")
+                and {"name": "kueue.x-k8s.io/elastic-job"} in (p["spec"].get("schedulingGates") or [])
+            ]
+            running = condition(cluster.get("torchrunjob", "grow", "-n", namespace), "Running") or {}
+            waiting = running.get("reason") == "WaitingForAdmission" and "Kueue workload" in running.get(
+                "message", ""
+            )
+            return running if gated and waiting else None
+
+        running = wait_until(held, 90, 0.5, message="Kueue holds the growth to 3 nodes")
+        assert "insufficient" in running["message"].lower(), running
+        # the slices not Finished (the 1-node one is: the 2-node one replaced it): the 2-node one
+        # admitted, the 3-node one pending for quota — and the TorchrunJob quotes that one
+        live = {}
+        for w in cluster.get("workloads", "-n", namespace)["items"]:
+            if (condition(w, "Finished") or {}).get("status") != "True":
+                live[w["spec"]["podSets"][0]["count"]] = w
+        assert sorted(live) == [2, 3], {n: w["metadata"]["name"] for n, w in live.items()}
+        assert live[2]["status"].get("admission") and not live[3].get("status", {}).get("admission")
+        assert live[3]["metadata"]["name"] in running["message"], running
+        for _ in range(6):  # held while 2 nodes stay free: the quota, not the room, bounds it
+            assert held() is not None
+            assert bound(2) is not None, "a third pod was bound past the ClusterQueue's quota"
+            time.sleep(0.5)
+        assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid

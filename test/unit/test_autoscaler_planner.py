@@ -122,6 +122,23 @@ CASES = [
         ],
     ),
     Case(
+        "a Kueue job grows one node per pass like any other: Kueue's quota is the bound",
+        used=FOUR_FREE,
+        jobs=[job("ns/k", ("a",), 1, 4, grow_only=True)],
+        expect=[("ns/k", 1, 2, AutoscalerReason.FREE_CAPACITY)],
+    ),
+    Case(
+        "a Kueue job whose last growth Kueue has not admitted (its pod unplaced) does not grow again",
+        used=FOUR_FREE,
+        jobs=[job("ns/k", ("a", None), 1, 4, grow_only=True)],
+    ),
+    Case(
+        "a Kueue job is never shrunk, not even far above the target: Kueue preempts",
+        used={"a": 0, "b": 0, "c": 8, "d": 8},
+        jobs=[job("ns/k", ("a", "b"), 1, 4, grow_only=True)],
+        max_load=0.25,
+    ),
+    Case(
         "bounds: a job at maxNodes does not grow",
         used=FOUR_FREE,
         jobs=[job("ns/e", ("a", "b"), 1, 2)],

@@ -26,8 +26,8 @@ def node(name: str, gpus: int = 8, ready: bool = True, **spec: Any) -> dict[str,
     }
 
 
-def queue(name: str = "q", scheduler: str = "default") -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"scheduling": {"scheduler": scheduler}}}
+def queue(name: str = "q", scheduler: str = "default", **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"scheduling": {"scheduler": scheduler}, **spec}}
 
 
 def tjob(
@@ -95,6 +95,16 @@ def test_a_running_elastic_job_with_its_pods_and_the_free_room() -> None:
         ("no torchrun restart to spend on a node leaving", tjob("e", max_restarts=0), queue()),
         ("Kueue admits against its quota", tjob("e"), queue(scheduler="kueue")),
         ("KAI admits against its quota", tjob("e"), queue(scheduler="kai-scheduler")),
+        (
+            "a Kueue workload slice not admitted yet: the job waits for it",
+            tjob("e", running=("False", "WaitingForAdmission")),
+            queue(scheduler="kueue", kueueWorkloadSlices=True),
+        ),
+        (
+            "a Kueue job cannot be placed: Kueue's to settle, never a shrink of ours",
+            tjob("e", running=("False", "Unschedulable")),
+            queue(scheduler="kueue", kueueWorkloadSlices=True),
+        ),
         ("restarting", tjob("e", running=("False", "Restarting")), queue()),
         ("starting", tjob("e", running=("False", "WorkersStarting")), queue()),
         ("suspended", tjob("e", running=("False", "Suspended")), queue()),
@@ -105,6 +115,16 @@ def test_jobs_the_autoscaler_leaves_alone(why: str, job: dict[str, Any], q: dict
     snap = build_snapshot(NODES, [pod("e", 0, "a"), pod("e", 1, "b")], [job], [q])
 
     assert snap.jobs == (), why
+
+
+def test_a_kueue_queue_with_workload_slices_lets_its_jobs_grow_only() -> None:
+    sliced = queue(scheduler="kueue", kueueWorkloadSlices=True)
+    snap = build_snapshot(NODES, [pod("e", 0, "a"), pod("e", 1, "b")], [tjob("e")], [sliced])
+
+    (job,) = snap.jobs
+    assert job.grow_only and job.placement == ("a", "b")
+    plain = build_snapshot(NODES, [pod("e", 0, "a")], [tjob("e")], [queue()])
+    assert not plain.jobs[0].grow_only
 
 
 def test_a_finished_job_is_left_alone() -> None:
@@ -203,6 +223,11 @@ def test_the_autoscaler_has_work_only_while_a_job_it_may_resize_exists() -> None
     assert not elastic_candidate(tjob("d", max_restarts=0), queues)
     assert not elastic_candidate(tjob("e", queue_name="missing"), queues)
     assert not elastic_candidate(tjob("k", queue_name="kai"), queues)  # its scheduler resizes
+    kueue = queue_settings(
+        [queue("kq", scheduler="kueue"), queue("ks", scheduler="kueue", kueueWorkloadSlices=True)]
+    )
+    assert not elastic_candidate(tjob("p", queue_name="kq"), kueue)  # Kueue would not admit a growth
+    assert elastic_candidate(tjob("s", queue_name="ks"), kueue)
     done = tjob("f")
     done["status"]["conditions"].append({"type": "Succeeded", "status": "True"})
     assert not elastic_candidate(done, queues)

@@ -142,6 +142,19 @@ def test_a_kueue_queues_topology_level_is_annotated_on_the_worker_pods() -> None
     assert not any(k.startswith("kueue.x-k8s.io/podset-") for k in plain)
 
 
+def test_a_kueue_queue_with_workload_slices_marks_elastic_jobs_and_gates_their_pods() -> None:
+    sliced = queue("kueue", kueueWorkloadSlices=True)
+    elastic = job(numNodes=1, elastic={"minNodes": 1, "maxNodes": 3})
+    built = worker(elastic, sliced)
+    assert built["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+    assert built["spec"]["template"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/elastic-job"}]
+    assert (built["spec"]["parallelism"], built["spec"]["completions"]) == (1, 3)
+    for rigid, q in ((job(), sliced), (elastic, queue("kueue"))):  # not elastic, or no slices
+        built = worker(rigid, q)
+        assert "kueue.x-k8s.io/elastic-job" not in built["metadata"]["annotations"]
+        assert "schedulingGates" not in built["spec"]["template"]["spec"]
+
+
 def test_pod_group_drift_patches_only_what_differs() -> None:
     _, desired = pod_group(job(), queue("kai-scheduler"))
     existing = {

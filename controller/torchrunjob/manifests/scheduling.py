@@ -15,7 +15,11 @@ Every name below was checked against the scheduler's own source:
   and Kueue's admission stay out of each other's way). A queue's `kueueTopology` puts Kueue's
   `kueue.x-k8s.io/podset-required-topology` (or `-preferred-`) annotation on the pod template:
   Kueue's topology-aware scheduling then admits the job into one domain of that level, gates
-  its pods and ungates each with a node selector inside the domain.
+  its pods and ungates each with a node selector inside the domain. A queue with
+  `kueueWorkloadSlices` (its Kueue runs ElasticJobsViaWorkloadSlices) marks an elastic job's Job
+  `kueue.x-k8s.io/elastic-job: "true"` and gates its pods with Kueue's `kueue.x-k8s.io/elastic-job`
+  scheduling gate (what Kueue's Job webhook adds), so a pod of a growth waits until Kueue admits
+  the new workload slice.
 - coscheduling (scheduler-plugins): pods labelled `scheduling.x-k8s.io/pod-group` (its
   `PodGroupLabel`) and `schedulerName: scheduler-plugins-scheduler`, the name scheduler-plugins'
   own "as a second scheduler" install gives its profile with the Coscheduling plugin: kube-scheduler
@@ -32,7 +36,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.api import Scheduler, TorchrunJob, TorchrunQueue
-from controller.api.kueue import PREFERRED_TOPOLOGY_ANNOTATION, REQUIRED_TOPOLOGY_ANNOTATION
+from controller.api.kueue import (
+    ELASTIC_JOB_ANNOTATION,
+    ELASTIC_JOB_GATE,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+)
 from controller.api.kueue import QUEUE_LABEL as KUEUE_QUEUE_LABEL
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
@@ -53,13 +62,14 @@ def pod_group_name(job: TorchrunJob) -> str:
 @dataclass(frozen=True)
 class SchedulerFields:
     """What the queue's scheduler adds to a worker Job: labels and annotations on the Job and on
-    its pods, and the pods' `schedulerName` (None: the cluster's default)."""
+    its pods, the pods' `schedulerName` (None: the cluster's default) and scheduling gates."""
 
     job_labels: Mapping[str, str] = field(default_factory=dict)
     job_annotations: Mapping[str, str] = field(default_factory=dict)
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     scheduler_name: str | None = None
+    pod_scheduling_gates: tuple[str, ...] = ()
 
 
 def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
@@ -77,8 +87,12 @@ def scheduler_fields(job: TorchrunJob, queue: TorchrunQueue) -> SchedulerFields:
             scheduler_name=KAI_SCHEDULER_NAME,
         )
     if scheduler == Scheduler.KUEUE:
+        sliced = queue.spec.kueue_workload_slices and job.spec.elastic is not None
         return SchedulerFields(
-            job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name}, pod_annotations=kueue_topology(queue)
+            job_labels={KUEUE_QUEUE_LABEL: queue.kueue_queue_name},
+            job_annotations={ELASTIC_JOB_ANNOTATION: "true"} if sliced else {},
+            pod_annotations=kueue_topology(queue),
+            pod_scheduling_gates=(ELASTIC_JOB_GATE,) if sliced else (),
         )
     if scheduler == Scheduler.COSCHEDULING:
         return SchedulerFields(

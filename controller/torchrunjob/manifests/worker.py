@@ -206,6 +206,8 @@ def _pod_spec(
         pod["serviceAccountName"] = spec.service_account_name
     if sched.scheduler_name:
         pod["schedulerName"] = sched.scheduler_name
+    if sched.pod_scheduling_gates:
+        pod["schedulingGates"] = [{"name": gate} for gate in sched.pod_scheduling_gates]
     return pod
 
 
