@@ -61,6 +61,8 @@ class Reason(_Vocabulary):
     SYNC_FAILED = "SyncFailed", Severity.WARNING
     # Running
     ALL_WORKERS_RUNNING = "AllWorkersRunning", Severity.NORMAL
+    # Running=True: the ranks run while Kueue holds the autoscaler's growth (a workload slice)
+    GROWTH_WAITING_FOR_ADMISSION = "GrowthWaitingForAdmission", Severity.QUIET
     WORKERS_STARTING = "WorkersStarting", Severity.QUIET
     UNSCHEDULABLE = "Unschedulable", Severity.WARNING
     # why workers do not start, in starting.py's precedence after Unschedulable's place

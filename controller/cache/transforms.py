@@ -77,7 +77,9 @@ POD_SHAPE: Shape = {
             GENERATION_ANNOTATION: True,
         },
     },
-    "spec": {"nodeName": True, "hostname": True, "subdomain": True},
+    # schedulingGates: a pod Kueue holds behind its elastic-job gate is a growth waiting for
+    # admission, not a worker failing to start (torchrunjob/starting.py)
+    "spec": {"nodeName": True, "hostname": True, "subdomain": True, "schedulingGates": {"name": True}},
     "status": {
         "phase": True,
         "reason": True,

@@ -281,11 +281,12 @@ class TorchrunJobReconciler:
             )
             return seen.then(ended)
         self.reload.roll(raw, attempt, status)
-        ready, blocked, look_again = status.workers.ready, None, None
+        ready, blocked, growth, look_again = status.workers.ready, None, None, None
         if ready < topo.nodes:
             evidence, look_again = self.start_evidence.gather(job, attempt, updater, now)
             blocked = starting.blocked(evidence)
-        running = lifecycle.running(ready, topo.nodes, blocked)
+            growth = starting.held_growth(evidence, ready, topo.nodes)
+        running = lifecycle.running(ready, topo.nodes, blocked, growth)
         if (
             running.status
             and job.metadata.creation_timestamp is not None

@@ -169,13 +169,18 @@ def suspension(suspend: bool, was_suspended: bool) -> tuple[Observed, ...]:
     return ()
 
 
-def running(ready: int, nodes: int, blocked: Blocked | None) -> Observed:
+def running(ready: int, nodes: int, blocked: Blocked | None, growth: str | None = None) -> Observed:
     """The Running condition of a live attempt: every node's worker ready, or why not yet —
-    `blocked`'s reason and words (`starting.py`) when something holds a worker back."""
+    `blocked`'s reason and words (`starting.py`) when something holds a worker back. `growth`:
+    Kueue's words for a growth it holds while every other worker runs (`starting.held_growth`),
+    which leaves the job running."""
     if ready >= nodes:
         return Observed(
             C.RUNNING, True, Reason.ALL_WORKERS_RUNNING, f"{ready}/{nodes} worker pods are running"
         )
+    if growth is not None and blocked is None:
+        message = f"{ready}/{nodes} worker pods are running; the growth waits for Kueue: {growth}"
+        return Observed(C.RUNNING, True, Reason.GROWTH_WAITING_FOR_ADMISSION, message)
     if blocked is not None:
         return Observed(C.RUNNING, False, blocked.reason, blocked.message)
     return Observed(C.RUNNING, False, Reason.WORKERS_STARTING, f"{ready}/{nodes} worker pods are running")

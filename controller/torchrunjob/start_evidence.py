@@ -56,7 +56,10 @@ class StartEvidence:
         pods, worker = attempt.pods, attempt.job
         kueue = self.kueue.hold(job, attempt.queue, worker)
         unschedulable = pods_unschedulable(pods)
-        evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
+        if kueue and not (worker.get("spec") or {}).get("suspend"):  # a growth's slice, not the Job
+            evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue_growth=kueue)
+        else:
+            evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
         if kueue or unschedulable:
             return evidence, None
         # what an Event could explain, and how long ago it began (a Job's missing pods since the

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.api.kueue import ELASTIC_JOB_GATE
 from controller.api.reasons import Reason
 
 MESSAGE_LIMIT = 300
@@ -201,8 +202,22 @@ class Evidence:
     pods: Sequence[Mapping[str, Any]]
     unschedulable: str | None = None  # status.unschedulable's words
     kueue: str | None = None  # kueue_hold's words
+    kueue_growth: str | None = None  # the words of a growth's workload slice Kueue holds
     failed_create: str | None = None  # create_failure's words
     mounts: Mapping[str, str] | None = None  # mount_failures' answer
+
+
+def held_growth(evidence: Evidence, ready: int, nodes: int) -> str | None:
+    """Kueue's words for a growth it holds, when that is all that is missing: every worker not
+    ready is a pod behind Kueue's elastic-job scheduling gate (the running ranks go on)."""
+    if not evidence.kueue_growth:
+        return None
+    gated = sum(1 for p in evidence.pods if ELASTIC_JOB_GATE in _gates(p))
+    return evidence.kueue_growth if gated and ready + gated >= nodes else None
+
+
+def _gates(pod: Mapping[str, Any]) -> set[str]:
+    return {str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or ()}
 
 
 def blocked(evidence: Evidence) -> Blocked | None:

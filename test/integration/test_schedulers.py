@@ -1378,7 +1378,7 @@ class TestRealKueue:
         with all 4 nodes free. The autoscaler grows it a node a pass: 1→2 is a new workload slice
         Kueue admits, and the new pod is ungated and runs in the same worker Job; 2→3 needs 24
         GPUs, so Kueue holds that slice: the third pod stays gated and unbound while nodes have
-        room, the job says so in Kueue's words, and the two ranks keep running."""
+        room, and the job, still Running (its two ranks go on), says so in Kueue's words."""
         cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
         queue = make_queue(
             scheduling={"scheduler": "kueue"},
@@ -1410,10 +1410,8 @@ class TestRealKueue:
                 and {"name": "kueue.x-k8s.io/elastic-job"} in (p["spec"].get("schedulingGates") or [])
             ]
             running = condition(cluster.get("torchrunjob", "grow", "-n", namespace), "Running") or {}
-            waiting = running.get("reason") == "WaitingForAdmission" and "Kueue workload" in running.get(
-                "message", ""
-            )
-            return running if gated and waiting else None
+            said = (running.get("status"), running.get("reason")) == ("True", "GrowthWaitingForAdmission")
+            return running if gated and said and "Kueue workload" in running.get("message", "") else None
 
         running = wait_until(held, 90, 0.5, message="Kueue holds the growth to 3 nodes")
         assert "insufficient" in running["message"].lower(), running
@@ -1430,4 +1428,5 @@ class TestRealKueue:
             assert held() is not None
             assert bound(2) is not None, "a third pod was bound past the ClusterQueue's quota"
             time.sleep(0.5)
+        assert cluster.get("torchrunjob", "grow", "-n", namespace)["status"]["phase"] == "Running"
         assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid

@@ -253,7 +253,11 @@ def test_slim_pod_keeps_what_controllers_read() -> None:
         "torchrun.ai/workspace-generation": "3",
         "big": "x" * 1000,
     }
-    raw["spec"] = {"nodeName": "n1", "containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}
+    raw["spec"] = {
+        "nodeName": "n1",
+        "containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}],
+        "schedulingGates": [{"name": "kueue.x-k8s.io/elastic-job"}],  # a growth Kueue holds
+    }
     raw["status"] = {
         "phase": "Pending",
         "conditions": [
@@ -284,7 +288,7 @@ def test_slim_pod_keeps_what_controllers_read() -> None:
         "torchrun.ai/workspace-generation": "3",  # a sync pod's generation
     }
     assert "managedFields" not in slim["metadata"]
-    assert slim["spec"] == {"nodeName": "n1"}
+    assert slim["spec"] == {"nodeName": "n1", "schedulingGates": [{"name": "kueue.x-k8s.io/elastic-job"}]}
     assert slim["status"]["conditions"] == [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
     ]

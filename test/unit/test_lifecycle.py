@@ -228,3 +228,13 @@ def test_running(ready: int, nodes: int, blocked: Blocked | None, reason: Reason
     assert (c.type, c.status, c.reason) == (C.RUNNING, ready >= nodes, reason)
     if blocked and ready < nodes:
         assert c.message == blocked.message
+
+
+def test_a_growth_kueue_holds_leaves_the_job_running_unless_something_else_blocks() -> None:
+    words = "Kueue workload job-j-3: couldn't assign flavors: insufficient unused quota"
+    held = lifecycle.running(2, 3, None, words)
+    assert (held.status, held.reason) == (True, Reason.GROWTH_WAITING_FOR_ADMISSION)
+    assert held.message == f"2/3 worker pods are running; the growth waits for Kueue: {words}"
+    crashing = Blocked(Reason.CONTAINER_CRASH_LOOPING, "pod j-1: CrashLoopBackOff")
+    assert lifecycle.running(1, 3, crashing, words).reason == Reason.CONTAINER_CRASH_LOOPING
+    assert lifecycle.running(3, 3, None, words).reason == Reason.ALL_WORKERS_RUNNING

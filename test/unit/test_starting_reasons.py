@@ -162,3 +162,18 @@ def test_kueue_hold_quotes_quota_reserved_then_admitted() -> None:
         starting.kueue_hold([workload("w", Admitted="checks pending")]) == "Kueue workload w: checks pending"
     )
     assert starting.kueue_hold([workload("w")]) is None
+
+
+def test_a_held_growth_is_all_that_is_missing_only_when_every_missing_worker_is_gated() -> None:
+    gated = pod("j-2", node=None)
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/elastic-job"}]
+    running = [pod("j-0", phase="Running"), pod("j-1", phase="Running")]
+    words = "Kueue workload w: insufficient unused quota"
+    held = Evidence(pods=[*running, gated], kueue_growth=words)
+    assert starting.held_growth(held, ready=2, nodes=3) == words
+    assert starting.held_growth(held, ready=1, nodes=3) is None  # a running rank is not ready too
+    other_gate = pod("j-2", node=None)
+    other_gate["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    assert starting.held_growth(Evidence(pods=[*running, other_gate], kueue_growth=words), 2, 3) is None
+    assert starting.held_growth(Evidence(pods=[*running, gated]), 2, 3) is None  # Kueue said nothing
+    assert blocked(held) is None  # a held growth blocks no worker that should run
