@@ -1098,10 +1098,10 @@ def no_hooks_for_kueue(cluster: Cluster) -> None:
         cluster.kubectl("patch", "crd", f"{plural}.kueue.x-k8s.io", "--type=merge", "-p", none, check=False)
 
 
-def cluster_queue(cluster: Cluster, flavor: str, gpus: int) -> str:
-    """A ClusterQueue of a fresh name for every namespace: `gpus` GPUs in `flavor`, and the CPUs and
-    memory of four test-bed nodes (so GPUs are what runs out)."""
-    name = f"cq-{uuid.uuid4().hex[:6]}"
+def cluster_queue(cluster: Cluster, flavor: str, gpus: int, name: str | None = None) -> str:
+    """A ClusterQueue of a fresh name for every namespace (or `name`'s quota changed): `gpus` GPUs
+    in `flavor`, and the CPUs and memory of four test-bed nodes (so GPUs are what runs out)."""
+    name = name or f"cq-{uuid.uuid4().hex[:6]}"
     quotas = {"nvidia.com/gpu": str(gpus), "cpu": "400", "memory": "4Ti"}
     cluster.apply(
         {
@@ -1378,7 +1378,8 @@ class TestRealKueue:
         with all 4 nodes free. The autoscaler grows it a node a pass: 1→2 is a new workload slice
         Kueue admits, and the new pod is ungated and runs in the same worker Job; 2→3 needs 24
         GPUs, so Kueue holds that slice: the third pod stays gated and unbound while nodes have
-        room, and the job, still Running (its two ranks go on), says so in Kueue's words."""
+        room, and the job, still Running (its two ranks go on), says so in Kueue's words. Once the
+        quota is raised to 24, Kueue admits that slice and the job runs at 3."""
         cq = cluster_queue(cluster, real_kueue.flavor, gpus=16)
         queue = make_queue(
             scheduling={"scheduler": "kueue"},
@@ -1429,4 +1430,12 @@ class TestRealKueue:
             assert bound(2) is not None, "a third pod was bound past the ClusterQueue's quota"
             time.sleep(0.5)
         assert cluster.get("torchrunjob", "grow", "-n", namespace)["status"]["phase"] == "Running"
+
+        # the platform raises the quota to 24 GPUs: Kueue admits the held slice, the third pod is
+        # ungated and runs, in the same worker Job, and the job is whole at 3 nodes
+        cluster_queue(cluster, real_kueue.flavor, gpus=24, name=cq)
+        wait_until(lambda: bound(3), 90, 0.5, message="Kueue admits the growth to 3 once the quota allows")
+        whole = job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="grow")
+        assert whole["status"]["workers"]["ready"] == 3
+        assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid
         assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid
