@@ -1438,4 +1438,3 @@ class TestRealKueue:
         whole = job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="grow")
         assert whole["status"]["workers"]["ready"] == 3
         assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid
-        assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid
