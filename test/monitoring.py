@@ -79,8 +79,9 @@ def controller_series() -> dict[str, set[str]]:
     ]
     jobs = Indexer()  # one cached job, so the collectors' families have a sample to show labels
     status = {
-        "progress": {"percent": 5},
+        "progress": {"percent": 5, "eta": "2026-01-02T12:00:00Z"},
         "restarts": 1,
+        "restartsByReason": {"Stalled": 1},
         "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning"}],
         "checkpoint": {"newest": {"name": "step-10", "time": "2026-01-02T11:00:00Z"}},
         "goodput": {"seconds": {"good": 90.0, "stalls": 10.0}},

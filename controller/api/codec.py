@@ -125,7 +125,7 @@ def _parse_value(ftype: FieldType, raw: Any, path: str, errors: list[FieldError]
         assert ftype.item is not None
         items = [_parse_value(ftype.item, v, f"{path}[{i}]", errors) for i, v in enumerate(raw)]
         return _BAD if any(isinstance(v, _Bad) for v in items) else tuple(items)
-    if kind in (Kind.STR_MAP, Kind.NUMBER_MAP, Kind.JSON_OBJECT):
+    if kind in (Kind.STR_MAP, Kind.NUMBER_MAP, Kind.INT_MAP, Kind.JSON_OBJECT):
         if not isinstance(raw, Mapping):
             return _bad(errors, path, f"must be an object, not {_json_type(raw)}")
         if kind is Kind.STR_MAP and not all(isinstance(v, str) for v in raw.values()):
@@ -134,6 +134,10 @@ def _parse_value(ftype: FieldType, raw: Any, path: str, errors: list[FieldError]
             if not all(_is_number(v) for v in raw.values()):
                 return _bad(errors, path, "values must be numbers")
             return {k: float(v) for k, v in raw.items()}
+        if kind is Kind.INT_MAP:
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in raw.values()):
+                return _bad(errors, path, "values must be integers")
+            return dict(raw)
         return copy.deepcopy(dict(raw))
     return _parse_scalar(ftype, raw, path, errors)
 

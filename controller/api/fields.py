@@ -124,6 +124,7 @@ class Kind(enum.Enum):
     LIST = "list"
     STR_MAP = "str-map"
     NUMBER_MAP = "number-map"
+    INT_MAP = "int-map"
     JSON_OBJECT = "json-object"
     OBJECT = "object"
 
@@ -149,6 +150,8 @@ def field_type(annotation: Any) -> FieldType:
         assert key is str, f"map keys must be str in {annotation}"
         if value is float:
             return FieldType(Kind.NUMBER_MAP, annotation)
+        if value is int:
+            return FieldType(Kind.INT_MAP, annotation)
         return FieldType(Kind.JSON_OBJECT if value is Any else Kind.STR_MAP, annotation)
     simple = {
         bool: Kind.BOOL,

@@ -88,6 +88,8 @@ def type_schema(ftype: FieldType, items: Mapping[str, Any], *, defaults: bool) -
         return {"type": "object", "additionalProperties": {"type": "string", **items}}
     if kind is Kind.NUMBER_MAP:
         return {"type": "object", "additionalProperties": {"type": "number", **items}}
+    if kind is Kind.INT_MAP:
+        return {"type": "object", "additionalProperties": {"type": "integer", "format": "int32", **items}}
     if kind is Kind.JSON_OBJECT:
         return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     if kind is Kind.QUANTITY:

@@ -362,6 +362,14 @@ class TorchrunJobStatus:
     )
     workers: WorkerCounts = field(default_factory=WorkerCounts, metadata=api("Worker pods by state."))
     restarts: int = field(default=0, metadata=api("Whole-job restarts so far.", schema={"format": "int32"}))
+    restarts_by_reason: Mapping[str, int] = field(
+        default_factory=dict,
+        metadata=api(
+            "Whole-job restarts so far by the reason the attempt ended (Stalled, WorkersFailed, ...): "
+            "counted with restarts, in the same status write, so they add up to it.",
+            schema={"maxProperties": 32},
+        ),
+    )
     retriable_failures: int = field(
         default=0,
         metadata=api(

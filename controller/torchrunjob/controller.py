@@ -277,7 +277,12 @@ class TorchrunJobReconciler:
             limit = min(fp.max_restarts, self.options.restart_limit)
             ttl = job.spec.ttl_seconds_after_finished
             ended = lifecycle.attempt_ended(
-                outcome, restarts=status.restarts, limit=limit, ttl_seconds=ttl, now=now
+                outcome,
+                restarts=status.restarts,
+                limit=limit,
+                ttl_seconds=ttl,
+                now=now,
+                by_reason=status.restarts_by_reason,
             )
             return seen.then(ended)
         self.reload.roll(raw, attempt, status)

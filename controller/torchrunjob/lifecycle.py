@@ -24,7 +24,7 @@ a row in a table test. `deadline_of` and `finished_of` answer for a job as it st
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
 from controller.api import JobConditionType as C
@@ -96,11 +96,32 @@ def finished(
     return Decision(actions=tuple(actions), stop=True).then(ttl(ttl_seconds, completion_time, now))
 
 
+RESTART_REASONS = 32  # status.restartsByReason's maxProperties
+OTHER_RESTART_REASON = "Other"
+
+
+def count_restart(by_reason: Mapping[str, int], reason: str) -> dict[str, int]:
+    """`by_reason` with one more restart for `reason` — under `Other` once the map holds as many
+    reasons as the schema allows (the Job controller's reasons are a few, but not ours to bound)."""
+    counted = dict(by_reason)
+    key = reason if reason in counted or len(counted) < RESTART_REASONS - 1 else OTHER_RESTART_REASON
+    counted[key] = counted.get(key, 0) + 1
+    return counted
+
+
 def attempt_ended(
-    outcome: Outcome, *, restarts: int, limit: int, ttl_seconds: int | None, now: datetime
+    outcome: Outcome,
+    *,
+    restarts: int,
+    limit: int,
+    ttl_seconds: int | None,
+    now: datetime,
+    by_reason: Mapping[str, int] | None = None,
 ) -> Decision:
     """The worker Job of attempt `restarts` ended with `outcome`; `limit` whole-job restarts are
-    allowed in all (the job's `maxRestarts` capped by `--restart-limit`)."""
+    allowed in all (the job's `maxRestarts` capped by `--restart-limit`). A restart is counted in
+    `restarts` and, by the outcome's reason, in `restarts_by_reason` (`by_reason` so far), in the
+    same change."""
     if outcome.succeeded:
         done = Decision(
             conditions=(
@@ -115,7 +136,11 @@ def attempt_ended(
         message = f"restart {restarts + 1} of {limit} after: {outcome.reason}: {outcome.message}"
         return Decision(
             conditions=(Observed(C.RUNNING, False, Reason.RESTARTING, message),),
-            changes={"restarts": restarts + 1, "retriable_failures": 0},
+            changes={
+                "restarts": restarts + 1,
+                "restarts_by_reason": count_restart(by_reason or {}, str(outcome.reason)),
+                "retriable_failures": 0,
+            },
             stop=True,
         )
     if outcome.permanent:

@@ -2,9 +2,11 @@
 series: `torchrun_job_progress_percent{namespace,job}`, `torchrun_job_goodput_ratio{namespace,job}`
 and `torchrun_job_goodput_seconds{namespace,job,cause}` (`status.goodput`), and its state for the
 alerts (config/prometheus/rules.yaml): `torchrun_job_condition{namespace,job,condition,status,
-reason}` (1 per condition, as kube-state-metrics shows a pod's), `torchrun_job_restarts` and
-`torchrun_job_restart_limit` (the cap in force: failurePolicy.maxRestarts within --restart-limit),
-`torchrun_job_checkpoint_timestamp_seconds` (when the newest complete checkpoint known was saved).
+reason}` (1 per condition, as kube-state-metrics shows a pod's), `torchrun_job_restarts`,
+`torchrun_job_restarts_by_reason{reason}` and `torchrun_job_restart_limit` (the cap in force:
+failurePolicy.maxRestarts within --restart-limit), `torchrun_job_eta_timestamp_seconds`
+(status.progress.eta) and `torchrun_job_checkpoint_timestamp_seconds` (when the newest complete
+checkpoint known was saved).
 All read from the informer cache at scrape time — always current, and no bookkeeping on the
 reconcile path."""
 
@@ -122,6 +124,16 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
         "Whole-job restarts allowed: failurePolicy.maxRestarts, within --restart-limit.",
         labels=["namespace", "job"],
     )
+    by_reason = GaugeMetricFamily(
+        "torchrun_job_restarts_by_reason",
+        "Whole-job restarts so far by the reason the attempt ended (status.restartsByReason).",
+        labels=["namespace", "job", "reason"],
+    )
+    eta = GaugeMetricFamily(
+        "torchrun_job_eta_timestamp_seconds",
+        "When totalSteps will be reached at the recent rate of steps (status.progress.eta).",
+        labels=["namespace", "job"],
+    )
     checkpoint = GaugeMetricFamily(
         "torchrun_job_checkpoint_timestamp_seconds",
         "When the newest complete checkpoint known (status.checkpoint.newest, else the one found at "
@@ -135,6 +147,12 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
                 keys = (str(cond["type"]), str(cond.get("status", "")), str(cond.get("reason", "")))
                 conditions.add_metric([*labels, *keys], 1)
         restarts.add_metric(labels, int(status.get("restarts") or 0))
+        for reason, count in sorted((status.get("restartsByReason") or {}).items()):
+            if isinstance(count, int):
+                by_reason.add_metric([*labels, str(reason)], count)
+        finish = _epoch((status.get("progress") or {}).get("eta"))
+        if finish is not None:
+            eta.add_metric(labels, finish)
         cap = int(((job.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts") or 0)
         limit.add_metric(labels, cap if restart_limit is None else min(cap, restart_limit))
         saved = status.get("checkpoint") or {}
@@ -143,5 +161,7 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
             checkpoint.add_metric(labels, when)
     yield conditions
     yield restarts
+    yield by_reason
     yield limit
+    yield eta
     yield checkpoint

@@ -324,6 +324,19 @@ def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]
         assert all(abs(got[c] - seconds[c]) <= 5 for c in got), (got, seconds)
         return True
 
+    def time_to_finish(results: list[Result]) -> bool:
+        """The job's status.progress.eta less now (5 s of slack for the scrape), or no series
+        while the status has none."""
+        job = cluster.get("torchrunjob", run.job, "-n", run.namespace)
+        eta = (job["status"].get("progress") or {}).get("eta")
+        if eta is None:
+            assert results == [{}], results
+            return True
+        (value,) = by(results[0], "exported_job").values()
+        truth = datetime.fromisoformat(eta.replace("Z", "+00:00")).timestamp() - time.time()
+        assert abs(value - truth) <= 5, (value, truth, eta)
+        return True
+
     def present(results: list[Result]) -> bool:
         # a verb with no request in the window is NaN (a gap in Grafana): one real value each
         return all(any(not math.isnan(v) for v in r.values()) for r in results)
@@ -359,6 +372,10 @@ def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]
             by(r[0], "exported_job", "reason") == {(run.job, "Stalled"): 1}
         ),
         "Training / Newest checkpoint age": lambda r: r == [{}],  # the script saves no checkpoint
+        "Training / Restarts by reason": lambda r: (
+            by(r[0], "exported_job", "reason") == {(run.job, "Stalled"): 1}
+        ),
+        "Training / Time to finish by job": time_to_finish,
         # a running job's reconciles end in a requeue: its progress is looked at every period
         "Reconcile / Reconciles by result": moved(
             ("torchrunjob", "requeue"), ("torchrunqueue", "success"), labels=("controller", "result")

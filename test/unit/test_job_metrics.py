@@ -30,7 +30,9 @@ def samples(restart_limit: int | None, *jobs: dict[str, Any]) -> dict[tuple[str,
         (s.name, *(v for k, v in sorted(s.labels.items()) if k != "namespace")): s.value
         for family in registry.collect()
         for s in family.samples
-        if s.name.startswith(("torchrun_job_condition", "torchrun_job_restart", "torchrun_job_checkpoint"))
+        if s.name.startswith(
+            ("torchrun_job_condition", "torchrun_job_restart", "torchrun_job_checkpoint", "torchrun_job_eta")
+        )
     }
 
 
@@ -73,3 +75,24 @@ def test_the_cap_is_the_controllers_restart_limit_when_lower_and_bad_values_are_
     assert got[("torchrun_job_restart_limit", "capped")] == 3
     assert not [k for k in got if k[0] == "torchrun_job_condition"]  # a condition needs its type
     assert ("torchrun_job_checkpoint_timestamp_seconds", "odd") not in got
+
+
+def test_restarts_by_reason_and_the_eta_are_series() -> None:
+    running = job(
+        "r",
+        {
+            "restarts": 3,
+            "restartsByReason": {"Stalled": 2, "BackoffLimitExceeded": 1},
+            "progress": {"step": 40, "totalSteps": 100, "eta": "2026-01-02T12:00:00Z"},
+        },
+    )
+    got = samples(None, running, job("fresh", {}))
+    assert got[("torchrun_job_restarts_by_reason", "r", "Stalled")] == 2
+    assert got[("torchrun_job_restarts_by_reason", "r", "BackoffLimitExceeded")] == 1
+    assert got[("torchrun_job_eta_timestamp_seconds", "r")] == epoch("2026-01-02T12:00:00Z")
+    assert not [
+        k
+        for k in got
+        if k[0] in ("torchrun_job_restarts_by_reason", "torchrun_job_eta_timestamp_seconds")
+        and k[1] == "fresh"
+    ]

@@ -114,6 +114,11 @@ PERMANENT = Outcome(False, "PodFailurePolicy", "exit code 3")
 CAPPED = Outcome(False, Reason.RETRIABLE_LIMIT, "11 pod failures")
 
 
+def restarted(restarts: int, by_reason: dict[str, int]) -> dict[str, object]:
+    """The changes of a restart: counted in all and by reason (from an empty map here)."""
+    return {"restarts": restarts, "restarts_by_reason": by_reason, "retriable_failures": 0}
+
+
 @pytest.mark.parametrize(
     ("outcome", "restarts", "limit", "expected", "changes", "actions"),
     [
@@ -125,8 +130,8 @@ CAPPED = Outcome(False, Reason.RETRIABLE_LIMIT, "11 pod failures")
             {"completion_time": NOW},
             (),
         ),
-        (FAILED, 0, 3, [(C.RUNNING, False, Reason.RESTARTING)], {"restarts": 1, "retriable_failures": 0}, ()),
-        (FAILED, 2, 3, [(C.RUNNING, False, Reason.RESTARTING)], {"restarts": 3, "retriable_failures": 0}, ()),
+        (FAILED, 0, 3, [(C.RUNNING, False, Reason.RESTARTING)], restarted(1, {"FailedIndexes": 1}), ()),
+        (FAILED, 2, 3, [(C.RUNNING, False, Reason.RESTARTING)], restarted(3, {"FailedIndexes": 1}), ()),
         (
             FAILED,
             3,
@@ -151,7 +156,14 @@ CAPPED = Outcome(False, Reason.RETRIABLE_LIMIT, "11 pod failures")
             {"completion_time": NOW},
             (),
         ),
-        (CAPPED, 1, 3, [(C.RUNNING, False, Reason.RESTARTING)], {"restarts": 2, "retriable_failures": 0}, ()),
+        (
+            CAPPED,
+            1,
+            3,
+            [(C.RUNNING, False, Reason.RESTARTING)],
+            restarted(2, {str(Reason.RETRIABLE_LIMIT): 1}),
+            (),
+        ),
         (
             CAPPED,
             3,
@@ -175,6 +187,19 @@ def test_attempt_ended(
     assert dict(d.changes) == changes
     assert d.actions == actions
     assert d.stop
+
+
+def test_restarts_are_counted_by_reason_and_bounded() -> None:
+    d = lifecycle.attempt_ended(
+        FAILED, restarts=2, limit=5, ttl_seconds=None, now=NOW, by_reason={"Stalled": 1, "FailedIndexes": 1}
+    )
+    assert d.changes["restarts_by_reason"] == {"Stalled": 1, "FailedIndexes": 2}
+    assert d.changes["restarts"] == 3
+    full = {f"R{i}": 1 for i in range(lifecycle.RESTART_REASONS - 1)}
+    counted = lifecycle.count_restart(full, "New")
+    assert counted["Other"] == 1 and "New" not in counted and len(counted) == lifecycle.RESTART_REASONS
+    assert lifecycle.count_restart(counted, "Newer")["Other"] == 2  # no 33rd key, ever
+    assert lifecycle.count_restart(counted, "R0")["R0"] == 2
 
 
 def test_a_restart_message_counts_the_restart_it_starts() -> None:
