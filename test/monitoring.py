@@ -85,6 +85,7 @@ def controller_series() -> dict[str, set[str]]:
         "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning"}],
         "checkpoint": {"newest": {"name": "step-10", "time": "2026-01-02T11:00:00Z"}},
         "goodput": {"seconds": {"good": 90.0, "stalls": 10.0}},
+        "workspaceBytes": 4000,
     }
     spec = {"jobQueue": "q", "failurePolicy": {"maxRestarts": 3}}
     jobs.add({"metadata": {"namespace": "ns", "name": "j"}, "spec": spec, "status": status})

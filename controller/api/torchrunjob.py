@@ -403,6 +403,19 @@ class TorchrunJobStatus:
             "When workspaceGeneration finished syncing: worker pods made before it are restarted onto it."
         ),
     )
+    workspace_files: int | None = field(
+        default=None,
+        metadata=api(
+            "Entries of workspaceGeneration, as the sync program counted them.", schema={"format": "int64"}
+        ),
+    )
+    workspace_bytes: int | None = field(
+        default=None,
+        metadata=api(
+            "Bytes of the files of workspaceGeneration, unpacked, as the sync program counted them.",
+            schema={"format": "int64"},
+        ),
+    )
     progress: Progress | None = field(
         default=None,
         metadata=api("Where training is, as the ranks last reported it (TORCHRUN_PROGRESS_FILE)."),

@@ -21,6 +21,7 @@ sync pod the job does not control is a `NameConflict`, never touched):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -70,6 +71,8 @@ class WorkspaceState:
     sha256: str | None = None
     synced_at: datetime | None = None
     timer: float | None = None
+    files: int | None = None  # the sync program's count of the generation's entries
+    bytes: int | None = None  # and of its files' bytes, unpacked
 
     def decision(self) -> Decision:
         """What the pass records: the WorkspaceReady condition, and the generation in use (ready)
@@ -83,6 +86,8 @@ class WorkspaceState:
                 "workspace_generation": self.generation,
                 "workspace_sha256": self.sha256,
                 "workspace_sync_time": self.synced_at,
+                "workspace_files": self.files,
+                "workspace_bytes": self.bytes,
             }
         return Decision((condition,), changes)
 
@@ -144,6 +149,8 @@ class Generations:
                 desired,
                 r.sha256,
                 state.finished_at or now,
+                files=r.files,
+                bytes=r.bytes,
             )
         if state.done and state.result is not None:
             failure = f"generation {desired} did not sync ({state.result.reason}): {state.result.message}"
@@ -222,7 +229,14 @@ def _in_use(status: TorchrunJobStatus) -> WorkspaceState | None:
     g = status.workspace_generation
     message = _in_use_message(g, status.workspace_sha256)
     return WorkspaceState(
-        True, Reason.SYNCED, message, g, status.workspace_sha256, status.workspace_sync_time
+        True,
+        Reason.SYNCED,
+        message,
+        g,
+        status.workspace_sha256,
+        status.workspace_sync_time,
+        files=status.workspace_files,
+        bytes=status.workspace_bytes,
     )
 
 
@@ -232,4 +246,4 @@ def _in_use_message(generation: int, sha256: str | None) -> str:
 
 
 def _replace(state: WorkspaceState, reason: str, message: str) -> WorkspaceState:
-    return WorkspaceState(True, reason, message, state.generation, state.sha256, state.synced_at)
+    return dataclasses.replace(state, ready=True, reason=reason, message=message, timer=None)

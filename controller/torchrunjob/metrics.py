@@ -5,8 +5,8 @@ alerts (config/prometheus/rules.yaml): `torchrun_job_condition{namespace,job,con
 reason}` (1 per condition, as kube-state-metrics shows a pod's), `torchrun_job_restarts`,
 `torchrun_job_restarts_by_reason{reason}` and `torchrun_job_restart_limit` (the cap in force:
 failurePolicy.maxRestarts within --restart-limit), `torchrun_job_eta_timestamp_seconds`
-(status.progress.eta) and `torchrun_job_checkpoint_timestamp_seconds` (when the newest complete
-checkpoint known was saved).
+(status.progress.eta), `torchrun_job_workspace_bytes` (status.workspaceBytes) and
+`torchrun_job_checkpoint_timestamp_seconds` (when the newest complete checkpoint known was saved).
 All read from the informer cache at scrape time — always current, and no bookkeeping on the
 reconcile path."""
 
@@ -134,6 +134,12 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
         "When totalSteps will be reached at the recent rate of steps (status.progress.eta).",
         labels=["namespace", "job"],
     )
+    workspace = GaugeMetricFamily(
+        "torchrun_job_workspace_bytes",
+        "Bytes of the files of the workspace generation in use, unpacked (status.workspaceBytes: "
+        "what the sync program counted of the upload, or of the git, s3 or pvc source).",
+        labels=["namespace", "job"],
+    )
     checkpoint = GaugeMetricFamily(
         "torchrun_job_checkpoint_timestamp_seconds",
         "When the newest complete checkpoint known (status.checkpoint.newest, else the one found at "
@@ -150,6 +156,9 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
         for reason, count in sorted((status.get("restartsByReason") or {}).items()):
             if isinstance(count, int):
                 by_reason.add_metric([*labels, str(reason)], count)
+        size = status.get("workspaceBytes")
+        if isinstance(size, int):
+            workspace.add_metric(labels, size)
         finish = _epoch((status.get("progress") or {}).get("eta"))
         if finish is not None:
             eta.add_metric(labels, finish)
@@ -164,4 +173,5 @@ def state_families(jobs: Lister, restart_limit: int | None) -> Iterator[GaugeMet
     yield by_reason
     yield limit
     yield eta
+    yield workspace
     yield checkpoint

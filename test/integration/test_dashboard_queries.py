@@ -2,7 +2,8 @@
 election, the progress endpoint, --progress-job-metrics) and a real reporter sidecar process,
 with scrape configs derived from config/prometheus's ServiceMonitor and PodMonitor
 (test/monitoring.py; the processes are test/integration/scraping.py's), while a scripted job
-runs: it starts, its rank reports five steps and then falls silent (heartbeats only), is Stalled
+runs: its code is uploaded (as kubectl torchrun's upload, through the sync pod's exec), it
+starts, its rank reports five steps and then falls silent (heartbeats only), is Stalled
 and restarted once (onStall Restart), and the new attempt's rank reports step 40 of 100. Then
 every panel query of the dashboard — its variables resolved as Grafana resolves them, against the
 same Prometheus — returns what that run implies.
@@ -37,6 +38,7 @@ from monitoring import (
 )
 from scraping import Prometheus, Result, free_port, pod_token, prometheus, reporter
 from testbed import Cluster, condition, controller_program, wait_until
+from uploads import archive, upload, wait_running
 
 from controller.rest import RESTClient, load_config
 
@@ -45,6 +47,8 @@ IDENTITY = "torchrun-controller-0"  # the leader's identity: the pod name its ta
 STEPS_BEFORE_STALL = 5
 STEP, TOTAL = 40, 100
 SUBMIT_BUCKETS = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)  # ControllerMetrics.submit_to_running
+WORKSPACE = {"train.py": b"#" * 1000, "data/weights.bin": b"\0" * 3000}  # the upload: 4000 bytes of files
+WORKSPACE_BYTES = sum(len(data) for data in WORKSPACE.values())
 
 
 class Run(NamedTuple):
@@ -142,9 +146,13 @@ def run(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
             message="the controller scraped (the ServiceMonitor's derived port and path reach /metrics)",
         )
         make_job(
-            cluster, ns, queue, job, numNodes=1,
+            cluster, ns, queue, job, numNodes=1, workspace={"source": "upload"},
             progress={"stallTimeoutSeconds": 10, "onStall": "Restart"}, failurePolicy={"maxRestarts": 3},
         )  # fmt: skip
+        # the code comes as kubectl torchrun's upload: WORKSPACE_BYTES of files
+        wait_running(cluster, ns, f"{job}-sync-0")
+        sent = upload(cluster, ns, f"{job}-sync-0", archive(WORKSPACE), 0)
+        assert sent.returncode == 0, sent.stderr.decode()
         first = worker_pod(cluster, ns, job)
         submit = submit_to_running(cluster, ns, job)
         # attempt 0: five steps, then silence but for the heartbeats: Stalled, restarted once
@@ -376,6 +384,9 @@ def check_panels(run: Run, cluster: Cluster) -> dict[str, Callable[[list[Result]
             by(r[0], "exported_job", "reason") == {(run.job, "Stalled"): 1}
         ),
         "Training / Time to finish by job": time_to_finish,
+        "Training / Workspace size by job": lambda r: (
+            by(r[0], "exported_job") == {(run.job,): WORKSPACE_BYTES}
+        ),
         # a running job's reconciles end in a requeue: its progress is looked at every period
         "Reconcile / Reconciles by result": moved(
             ("torchrunjob", "requeue"), ("torchrunqueue", "success"), labels=("controller", "result")
