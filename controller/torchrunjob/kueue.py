@@ -56,6 +56,8 @@ class KueueWorkloads:
         if resource is None:
             return  # Kueue is not installed: nothing holds the Job back
         for workload in self._workloads_of(resource, job, worker["metadata"]["uid"]):
+            if _finished(workload):
+                continue  # a slice Kueue replaced holds nothing, and is not ours to change
             patch = workload_active_patch(workload, job.spec.suspend)
             if patch is None:
                 continue
@@ -87,10 +89,12 @@ class KueueWorkloads:
         return cache.list(job.namespace, {JOB_UID_LABEL: worker_uid})
 
 
+def _finished(workload: Obj) -> bool:
+    """Kueue's `Finished=True`: the job ended, or a newer slice replaced this one."""
+    conditions = (workload.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions)
+
+
 def _pending_slice(workload: Obj) -> bool:
     """A Workload Kueue has neither admitted nor finished (an older slice it replaced is Finished)."""
-    status = workload.get("status") or {}
-    finished = any(
-        c.get("type") == "Finished" and c.get("status") == "True" for c in status.get("conditions") or ()
-    )
-    return not status.get("admission") and not finished
+    return not (workload.get("status") or {}).get("admission") and not _finished(workload)

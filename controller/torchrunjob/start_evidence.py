@@ -60,7 +60,7 @@ class StartEvidence:
             evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue_growth=kueue)
         else:
             evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
-        if kueue or unschedulable:
+        if evidence.kueue or unschedulable:  # a held growth leaves the other workers to explain
             return evidence, None
         # what an Event could explain, and how long ago it began (a Job's missing pods since the
         # Job was made; a pod still being created since the kubelet took it)

@@ -14,6 +14,9 @@ distinct message once:
    `ContainerConfigError` (a container it cannot create: run as root under `runAsNonRoot`, a
    missing ConfigMap or Secret key), `ContainerCrashLooping` (a container, the reporter sidecar
    included, in `CrashLoopBackOff`).
+A growth of an elastic job that Kueue holds (a workload slice not admitted, its pod behind Kueue's
+elastic-job gate) holds no worker that should run: `held_growth` gives its words when it is all
+that is missing, and the job stays Running (`lifecycle.running`).
 Pod Security's refusals come before all of these, on another condition: a namespace that refuses
 the worker pods gets `Admitted=False PodsForbidden` (`pod_admission.py`) and no worker Job.
 Every quoted message is bounded (`MESSAGE_LIMIT` each, `TOTAL_LIMIT` in all): the words come
