@@ -336,7 +336,7 @@ def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
     # the second attempt really ran: both ranks formed the world (their all-reduce summed 0 + 1),
     # then rank 1 exited 1 and rank 0 failed at its next collective. The Job controller fails the
     # Job at the first failed index it sees and deletes the other rank's pod if it is still
-    # active, so under load either rank's pod may be the one left (seen in a full run: rank 0)
+    # active, so under load either rank's pod may be the one left (a full run found no rank 1 pod)
     worker_job = cluster.get("job", "boom", "-n", namespace)
     assert worker_job["metadata"]["annotations"]["torchrun.ai/restart"] == "1"
     workers = pods(cluster, namespace, "boom", "worker")
