@@ -67,20 +67,28 @@ class KueueWorkloads:
 
     def hold(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
         """Why Kueue holds the worker Job back, while it does: a Kueue queue's Job suspended
-        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits), or,
-        on a queue with `kueueWorkloadSlices`, a growth's workload slice not admitted yet (its
-        words; its pod waits behind Kueue's scheduling gate)."""
-        if queue.spec.scheduling.scheduler != Scheduler.KUEUE or job.spec.suspend:
+        although the TorchrunJob is not (`starting.kueue_hold`'s words, else that it waits)."""
+        if not self._kueue_runs(job, queue) or not (worker.get("spec") or {}).get("suspend"):
             return None
-        suspended = bool((worker.get("spec") or {}).get("suspend"))
-        if not suspended and not queue.spec.kueue_workload_slices:
-            return None
-        resource = workloads_served(self.informers.served)
-        workloads = [] if resource is None else self._workloads_of(resource, job, worker["metadata"]["uid"])
-        if not suspended:
-            return kueue_hold(w for w in workloads if _pending_slice(w))
-        said = kueue_hold(workloads)
+        said = kueue_hold(self._workloads(job, worker))
         return said or f"Kueue has not admitted job {worker['metadata']['name']} yet"
+
+    def held_growth(self, job: TorchrunJob, queue: TorchrunQueue, worker: Obj) -> str | None:
+        """On a queue with `kueueWorkloadSlices`, the words of a growth's workload slice Kueue
+        has not admitted yet (its pod waits behind Kueue's scheduling gate), while the Job runs."""
+        if not self._kueue_runs(job, queue) or not queue.spec.kueue_workload_slices:
+            return None
+        if (worker.get("spec") or {}).get("suspend"):
+            return None  # the whole Job waits: `hold`
+        return kueue_hold(w for w in self._workloads(job, worker) if _pending_slice(w))
+
+    @staticmethod
+    def _kueue_runs(job: TorchrunJob, queue: TorchrunQueue) -> bool:
+        return queue.spec.scheduling.scheduler == Scheduler.KUEUE and not job.spec.suspend
+
+    def _workloads(self, job: TorchrunJob, worker: Obj) -> list[Obj]:
+        resource = workloads_served(self.informers.served)
+        return [] if resource is None else self._workloads_of(resource, job, worker["metadata"]["uid"])
 
     def _workloads_of(self, resource: Resource, job: TorchrunJob, worker_uid: str) -> list[Obj]:
         cache = self.informers.lister(resource)

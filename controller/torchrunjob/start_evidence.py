@@ -55,12 +55,10 @@ class StartEvidence:
         cache's changes will bring the job back)."""
         pods, worker = attempt.pods, attempt.job
         kueue = self.kueue.hold(job, attempt.queue, worker)
+        growth = None if kueue else self.kueue.held_growth(job, attempt.queue, worker)
         unschedulable = pods_unschedulable(pods)
-        if kueue and not (worker.get("spec") or {}).get("suspend"):  # a growth's slice, not the Job
-            evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue_growth=kueue)
-        else:
-            evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue)
-        if evidence.kueue or unschedulable:  # a held growth leaves the other workers to explain
+        evidence = starting.Evidence(pods=pods, unschedulable=unschedulable, kueue=kueue, kueue_growth=growth)
+        if kueue or unschedulable:  # a held growth leaves the other workers to explain
             return evidence, None
         # what an Event could explain, and how long ago it began (a Job's missing pods since the
         # Job was made; a pod still being created since the kubelet took it)
