@@ -6,6 +6,9 @@ and `status.progress` (job).
 - `startupTimeoutSeconds` bounds the time from the workers' start to the first training step
   reported (rendezvous, NCCL init and the first batch hang before any record can be written):
   then `StartupStalled` (controller/progress/stall.py `starting`).
+- `frameworkHooks` (default true) lets a program that uses the Hugging Face Trainer or Lightning
+  report progress, save on the checkpoints volume, save when stopped and resume with no code
+  change (controller/tools/python/torchrun_hooks.py); false leaves such programs as they are.
 - `status.progress` is what the reporter sidecars last said, written by the controller at most
   once per `--progress-period` per job; `metrics` holds the user's numbers, at most 32 (the
   reporter's and the controller's parser drop the rest, `controller.progress.record`).
@@ -62,6 +65,15 @@ class ProgressPolicy:
             schema={"minimum": 10, "maximum": 7 * 86400, "format": "int32"},
         ),
     )
+    framework_hooks: bool | None = field(
+        default=None,
+        metadata=api(
+            "Whether a program using the Hugging Face Trainer or Lightning gets the hooks that make it "
+            "report progress, save its checkpoints on the checkpoints volume, save when the pod is "
+            "stopped and resume, with no code change (docs/checkpoints.md). They act only when the "
+            "program imports one of those Trainers. True when absent."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class EffectivePolicy:
     stall_timeout_seconds: int | None
     on_stall: OnStall
     startup_timeout_seconds: int | None = None
+    framework_hooks: bool = True
 
 
 def effective(job: ProgressPolicy | None, queue: ProgressPolicy | None) -> EffectivePolicy:
@@ -81,7 +94,10 @@ def effective(job: ProgressPolicy | None, queue: ProgressPolicy | None) -> Effec
     startup = job.startup_timeout_seconds
     if startup is None:
         startup = queue.startup_timeout_seconds
-    return EffectivePolicy(timeout, on_stall, startup)
+    hooks = job.framework_hooks
+    if hooks is None:
+        hooks = queue.framework_hooks
+    return EffectivePolicy(timeout, on_stall, startup, hooks is not False)
 
 
 @dataclass(frozen=True)

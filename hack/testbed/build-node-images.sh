@@ -3,11 +3,15 @@
 # `ctr images import` takes, so the node needs no registry:
 #   controller  the project's Dockerfile, built by hack/testbed/build-image.sh (sync pods and the
 #               workers' code-copying init container run it), exported from buildah's storage;
-#   train       the workers' image localhost/torchrun-train:<key>: a Debian bookworm root filesystem
-#               from mmdebstrap with python3 (`python` too) and Debian's python3-torch 1.13.1 (CPU,
-#               gloo; it ships /usr/bin/torchrun, so no wrapper; patched to launch under Python 3.11,
-#               see STD_PATCH) and python3-etcd (torchrun's etcd rendezvous backends), committed
-#               with buildah and exported the same way.
+#   train       the workers' image localhost/torchrun-train:<key>: a Debian trixie root filesystem
+#               from mmdebstrap with python3 3.13 (`python` too), Debian's python3-torch 2.6.0 (CPU,
+#               gloo; it ships /usr/bin/torchrun, so no wrapper; patched to make its TCPStores without
+#               libuv, see LIBUV_PATCH) and python3-etcd (torchrun's etcd
+#               rendezvous backends), plus transformers and lightning from PyPI
+#               (hack/testbed/train-requirements.txt: exact versions, wheels only, no dependencies
+#               resolved here, so no PyPI torch and its GPU libraries), committed with buildah and
+#               exported the same way. Debian's own /usr/lib/python3.13/sitecustomize.py stays: the
+#               image has a sitecustomize of its own, as real images do.
 # Inside containerd each image has exactly its buildah name, `localhost/<name>:<tag>`: a docker
 # archive records it in manifest.json's RepoTags and ctr imports it as written ("localhost" is a
 # registry host, so nothing is prefixed with docker.io/library/) — the name a pod spec uses, with
@@ -17,7 +21,8 @@
 # per image name, and the controller's tag is already the key of its inputs (build-image.sh), the
 # train image's the key of its recipe (suite, mirror, packages, the functions that make it). A warm
 # run only checks that the archives exist. Installs buildah and mmdebstrap from Debian when they
-# are missing (as root). Two runs at once: one builds, the other waits for it.
+# are missing (as root); the PyPI wheels are fetched by this machine's pip (its index and
+# certificates), never from inside the image. Two runs at once: one builds, the other waits for it.
 #   hack/testbed/build-node-images.sh   build if needed; prints NAME=VALUE lines:
 #     CONTROLLER_IMAGE, CONTROLLER_ARCHIVE, TRAIN_IMAGE, TRAIN_ARCHIVE (the names and the files),
 #     CONTROLLER_EXPORT_SECONDS, TRAIN_ROOTFS_SECONDS (mmdebstrap), TRAIN_COMMIT_SECONDS (buildah
@@ -32,7 +37,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 NODE_DIR="$CACHE_DIR/node-images"
-SUITE=bookworm
+SUITE=trixie
+PYTHON_VERSION=3.13  # trixie's python3: where the PyPI layer goes
+TRAIN_REQUIREMENTS="$HACK_DIR/testbed/train-requirements.txt"
 MIRROR="${TORCHRUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 TRAIN_PACKAGES=python3,python-is-python3,python3-torch,python3-etcd,netbase
 SNAPSHOTTER="${TORCHRUN_SNAPSHOTTER:-overlayfs}"
@@ -91,34 +98,56 @@ controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CON
 }
 
 train_key() {
-  { echo "$SUITE $MIRROR $TRAIN_PACKAGES"; echo "$STD_PATCH"; sed -n '/^train_rootfs()/,/^train_image()/p' "$0"; } \
+  { echo "$SUITE $MIRROR $TRAIN_PACKAGES $PYTHON_VERSION"; grep -v '^#' "$TRAIN_REQUIREMENTS"; echo "$LIBUV_PATCH"
+    sed -n '/^train_wheels()/,/^train_image()/p' "$0"; } \
     | sha256sum | cut -c1-12
 }
 
-# Debian's torch 1.13.1 under Python 3.11 cannot launch anything with torchrun's defaults: the
-# `--redirects 0`/`--tee 0` it parses go through a loop over the IntFlag `Std`, which 3.11 no longer
-# yields the zero member from, so `to_map` fails with "'NoneType' object has no attribute 'get'".
-# The image carries the fix torch 2.0 made (`Std(int(v))`), so the workers run torchrun as built.
-STD_PATCH='import pathlib, py_compile
-p = pathlib.Path("/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py")
-old = "            for s in Std:\n                if s == v:\n                    return s\n"
+# Debian's torch 2.6 is built without libuv, yet every TCPStore torch makes asks for it by default
+# (torchrun's c10d and static rendezvous, init_process_group's env://), and the store refuses: "use_libuv
+# was requested but PyTorch was build without libuv support" — no world could form. The image's
+# torch.distributed.TCPStore always asks for the store it has (use_libuv=False), so the workers
+# run torchrun and their programs as written.
+LIBUV_PATCH='import pathlib, py_compile
+p = pathlib.Path("/usr/lib/python3/dist-packages/torch/distributed/__init__.py")
+old = "        TCPStore,\n        Work as _Work,\n    )\n"
+new = old + """
+    class TCPStore(TCPStore):  # this build has no libuv (hack/testbed/build-node-images.sh)
+        def __init__(self, *args, **kwargs):
+            kwargs["use_libuv"] = False
+            super().__init__(*args, **kwargs)
+"""
 src = p.read_text()
-assert src.count(old) == 1, "the Std loop of torch 1.13 is not in " + str(p)
-p.write_text(src.replace(old, "            return Std(v)\n"))
+assert src.count(old) == 1, "the TCPStore import of torch 2.6 is not in " + str(p)
+p.write_text(src.replace(old, new))
 py_compile.compile(str(p), doraise=True)'
 
+train_wheels() {  # train_wheels DIR: the PyPI layer, unpacked into DIR (site-packages layout)
+  python3 -m pip install --quiet --no-deps --only-binary=:all: --no-compile \
+    --python-version "$PYTHON_VERSION" --implementation cp --abi "cp${PYTHON_VERSION/./}" \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+    --target "$1" --requirement "$TRAIN_REQUIREMENTS" >&2 || return 1
+  rm -rf "$1/bin"  # console scripts with this machine's interpreter path
+}
+
 # shellcheck disable=SC2016  # the hooks' "$1" (the root) is mmdebstrap's to expand
-train_rootfs() {  # train_rootfs TAR: the root filesystem of the training image
+train_rootfs() {  # train_rootfs TAR WHEELS: the root filesystem of the training image
+  local site="/usr/local/lib/python$PYTHON_VERSION/dist-packages"
   mmdebstrap --variant=apt --include="$TRAIN_PACKAGES" \
     --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Retries "3"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook="chroot \"\$1\" python3 -c 'import sys; assert sys.version_info[:2] == (${PYTHON_VERSION/./, })'" \
     --customize-hook='chroot "$1" python3 - <<"PY"
-'"$STD_PATCH"'
+'"$LIBUV_PATCH"'
 PY' \
+    --customize-hook="mkdir -p \"\$1$site\"" --customize-hook="copy-in $2/. $site" \
     --customize-hook='chroot "$1" sh -c "command -v torchrun && command -v python" >/dev/null' \
-    --customize-hook='chroot "$1" python3 -c "import torch.distributed as d; assert d.is_gloo_available()"' \
+    --customize-hook='chroot "$1" python3 -c "import torch.distributed as d; assert d.is_gloo_available(); d.TCPStore(\"127.0.0.1\", 0, is_master=True)"' \
+    --customize-hook='chroot "$1" python3 -c "import transformers, lightning, pytorch_lightning"' \
+    --customize-hook='chroot "$1" python3 -c "import sitecustomize"' \
     "$SUITE" "$1" "$MIRROR" >&2
 }
 
@@ -143,10 +172,12 @@ train_image() {  # prints TRAIN_* lines; sets TRAIN_IMAGE and TRAIN_ARCHIVE
     rm -rf "$work" && mkdir -p "$work"
     log "making the training image $image (mmdebstrap $SUITE: $TRAIN_PACKAGES)"
     t0=$(date +%s)
-    train_rootfs "$work/rootfs.tar" || fail "mmdebstrap could not make the $SUITE root filesystem from $MIRROR"
+    train_wheels "$work/wheels" || fail "pip could not fetch the wheels of $TRAIN_REQUIREMENTS"
+    train_rootfs "$work/rootfs.tar" "$work/wheels" \
+      || fail "mmdebstrap could not make the $SUITE root filesystem from $MIRROR"
     t1=$(date +%s)
     train_commit "$work/rootfs.tar" "$image" "${storage[@]}" || fail "buildah could not commit $image"
-    rm -f "$work/rootfs.tar"
+    rm -rf "$work/rootfs.tar" "$work/wheels"
     t2=$(date +%s)
     export_image "$image" "$archive" "${storage[@]}" || fail "buildah could not export $image"
     t3=$(date +%s)

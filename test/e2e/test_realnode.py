@@ -47,6 +47,9 @@ from testbed import (
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
 TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
 TRAIN_PROGRESS = Path(__file__).parent / "realnode" / "train_progress.py"
+HF_TRAINER = Path(__file__).parent / "realnode" / "hf_trainer.py"
+LIGHTNING_TRAINER = Path(__file__).parent / "realnode" / "lightning_trainer.py"
+IMAGE_SITECUSTOMIZE = "/usr/lib/python3.13/sitecustomize.py"  # Debian trixie's, in the training image
 NODE = "realnode-0"
 # a queue's placement on the real node: its name, and the taint that keeps every other pod off it
 REAL_NODE_SCHEDULING = {
@@ -358,10 +361,12 @@ def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
             assert "rank 1 fails on purpose" in out and terminated["exitCode"] == 1, (out, terminated)
 
 
-def checkpoint_queue(real: RealNode, name: str, keep: int, **checkpoints: Any) -> str:
-    """The `queue` fixture's queue, with retention (`keep`), other `storage.checkpoints` fields and
-    a 60 s grace period."""
-    spec = {
+def checkpoint_queue(
+    real: RealNode, name: str, keep: int, progress: dict[str, Any] | None = None, **checkpoints: Any
+) -> str:
+    """The `queue` fixture's queue, with retention (`keep`), other `storage.checkpoints` fields,
+    `progress` defaults and a 60 s grace period."""
+    spec: dict[str, Any] = {
         "nodeResources": {"gpus": 1, "cpus": "700m", "memory": "1536Mi"},
         "image": real.images["TRAIN_IMAGE"],
         "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
@@ -374,6 +379,8 @@ def checkpoint_queue(real: RealNode, name: str, keep: int, **checkpoints: Any) -
         },
         "scheduling": REAL_NODE_SCHEDULING,
     }
+    if progress is not None:
+        spec["progress"] = progress
     real.cluster.apply(
         {
             "apiVersion": "torchrun.ai/v1alpha1",
@@ -940,6 +947,227 @@ def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
     finally:
         for queue in queues.values():
             cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
+
+
+# -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------
+
+
+class LossLog:
+    """Every `loss rank=<r> step=<s> <value>` line the job's worker pods printed, per attempt,
+    collected while they run (a restart deletes the pods and their logs with them)."""
+
+    def __init__(self, cluster: Cluster, ns: str, job: str) -> None:
+        self.cluster, self.ns, self.job = cluster, ns, job
+        self.text: dict[str, str] = {}  # pod UID -> the longest log seen
+        self.attempt: dict[str, int] = {}  # pod UID -> status.restarts when first seen
+
+    def poll(self, attempt: int) -> None:
+        for pod in pods(self.cluster, self.ns, self.job, "worker"):
+            uid = pod["metadata"]["uid"]
+            self.attempt.setdefault(uid, attempt)
+            got = self.cluster.kubectl(
+                "logs", "-n", self.ns, pod["metadata"]["name"], "-c", "torchrun", check=False
+            )
+            if got.returncode == 0 and len(got.stdout) > len(self.text.get(uid, "")):
+                self.text[uid] = got.stdout
+
+    def losses(self, attempt: int) -> dict[tuple[int, int], float]:
+        """(rank, step) -> loss printed in `attempt`."""
+        out: dict[tuple[int, int], float] = {}
+        for uid, text in self.text.items():
+            if self.attempt[uid] != attempt:
+                continue
+            for m in re.finditer(r"^loss rank=(\d+) step=(\d+) (\S+)$", text, re.MULTILINE):
+                out[(int(m[1]), int(m[2]))] = float(m[3])
+        return out
+
+    def lines(self, attempt: int) -> str:
+        return "\n".join(t for uid, t in self.text.items() if self.attempt[uid] == attempt)
+
+
+def finished(cluster: Cluster, ns: str, job: str, timeout: float = 300) -> dict[str, Any]:
+    """The job's status once it Succeeded or Failed."""
+
+    def done() -> dict[str, Any] | None:
+        st = job_status(cluster, ns, job)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    return wait_until(done, timeout, interval=1, message=f"{job} finished")
+
+
+def run_framework_job(
+    real: RealNode, namespace: str, log: Path, tmp_path: Path, program: Path, name: str, spec: dict[str, Any]
+) -> tuple[Path, LossLog]:
+    """Submit `program` unchanged (it names nothing of ours: checked) as job `name`."""
+    text = program.read_text()
+    assert "torchrun" not in text.lower(), f"{program.name} must not know where it runs"
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": name},
+            "spec": {"distributed": {"backend": "gloo"}, "workspace": {"source": "upload"}, **spec},
+        },
+        namespace,
+    )
+    project = project_with_train(tmp_path / name, program)
+    proc = plugin_run(real, namespace, project, "sync", name, "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{log.read_text()[-3000:]}"
+    return project, LossLog(real.cluster, namespace, name)
+
+
+def crash_and_resume(
+    real: RealNode, namespace: str, log: Path, job: str, losses: LossLog, resumed_from: str, crash_at: int
+) -> dict[str, Any]:
+    """Follow `job` through its crash at `crash_at` and its restart until attempt 1 resumed from
+    `resumed_from` and trained past the crash; returns the status then. The first loss after the
+    resume (and every one up to the crash) equals the crashed attempt's at that step."""
+    cluster = real.cluster
+
+    def resumed() -> dict[str, Any] | None:
+        st = job_status(cluster, namespace, job)
+        losses.poll(st.get("restarts", 0))
+        cp = st.get("checkpoint") or {}
+        again = losses.losses(1)
+        if (cp.get("attempt"), cp.get("resumedFrom")) != (1, resumed_from):
+            return None
+        return st if any(step >= crash_at for _, step in again) else None
+
+    try:
+        st = wait_until(resumed, 420, interval=0.5, message=f"{job} resumed from {resumed_from}")
+    except AssertionError as e:
+        said = f"{job_status(cluster, namespace, job)}\n{diagnose(cluster, namespace, job)}"
+        raise AssertionError(f"{said}\n{log.read_text()[-3000:]}") from e
+    first, second = losses.losses(0), losses.losses(1)
+    saved = int(resumed_from.rsplit("-", 1)[1].removesuffix(".ckpt"))
+    assert min(s for _, s in second) == saved + 1, sorted(second)  # the step continues
+    compared = sorted(k for k in second if k in first and k[1] <= crash_at)
+    assert compared and compared[0][1] == saved + 1, (sorted(first), sorted(second))
+    for key in compared:
+        assert abs(first[key] - second[key]) <= 1e-6, (key, first[key], second[key])
+    return st
+
+
+def test_an_unchanged_hf_trainer_program_reports_crashes_resumes_saves_on_suspend_and_resumes(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
+) -> None:
+    """`hf_trainer.py` (no line of ours) on 2 nodes, DDP on gloo, in a queue whose
+    `progress.frameworkHooks` is false and a job that turns them back on (the job's wins): its
+    `checkpoint-<step>/` land on the checkpoints volume though `output_dir` is the pod-local `out`;
+    status.progress shows its steps; it crashes at step 25, restarts and resumes from
+    checkpoint-20 with the losses of the crashed run; suspended mid-run, both ranks save the same
+    `checkpoint-<step>/` and stop; resumed, it continues from that step to 60 and succeeds. The
+    image's own sitecustomize (Debian's) ran in every rank."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"hf-{namespace}", keep=20, progress={"frameworkHooks": False})
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": "python hf_trainer.py --steps 60 --save 10 --crash-at 25 --step-seconds 0.3",
+        "failurePolicy": {"maxRestarts": 1},
+        "progress": {"frameworkHooks": True},
+    }
+    _, losses = run_framework_job(real, namespace, progress_controller, tmp_path, HF_TRAINER, "hf", spec)
+
+    def status() -> dict[str, Any]:
+        return job_status(cluster, namespace, "hf")
+
+    def reporting() -> dict[str, Any] | None:
+        losses.poll(status().get("restarts", 0))
+        progress = status().get("progress") or {}
+        return progress if (progress.get("step") or 0) >= 5 and status().get("restarts", 0) == 0 else None
+
+    progress = wait_until(reporting, 300, interval=0.5, message="hf's status.progress past step 5")
+    assert progress["totalSteps"] == 60, progress
+    crash_and_resume(real, namespace, progress_controller, "hf", losses, "/checkpoints/checkpoint-20", 25)
+    first = losses.lines(0)
+    assert "torchrun hooks: Trainer checkpoints go to /checkpoints (output_dir out keeps the rest)" in first
+    assert f"site rank=0 {IMAGE_SITECUSTOMIZE}" in first and f"site rank=1 {IMAGE_SITECUSTOMIZE}" in first
+
+    def past(step: int) -> bool:
+        losses.poll(1)
+        return any(s >= step for _, s in losses.losses(1))
+
+    wait_until(lambda: past(32), 180, interval=0.5, message="attempt 1 past step 32")
+    cluster.kubectl(
+        "patch", "torchrunjob", "hf", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    wait_until(lambda: status().get("phase") == "Suspended", 120, interval=1, message="Suspended")
+    wait_until(lambda: not pods(cluster, namespace, "hf", "worker"), 120, interval=1, message="workers gone")
+    volume = volume_dir(cluster, namespace, "hf-checkpoints")
+    saved = sorted(int(p.name.split("-")[1]) for p in volume.glob("checkpoint-*"))
+    on_stop = [s for s in saved if s % 10]
+    assert len(on_stop) == 1 and 32 <= on_stop[0] < 60, saved  # one save, at the step both ranks agreed on
+    stopped = on_stop[0]
+    stopped_dir = volume / f"checkpoint-{stopped}"
+    assert {"trainer_state.json", "rng_state_0.pth", "rng_state_1.pth"} <= {
+        p.name for p in stopped_dir.iterdir()
+    }
+    assert not (volume / "out").exists() and not list(
+        volume.glob("final*")
+    )  # the final model is not ours to move
+
+    cluster.kubectl(
+        "patch", "torchrunjob", "hf", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )
+    final = finished(cluster, namespace, "hf")
+    assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, 'hf')}"
+    assert final["checkpoint"]["resumedFrom"] == f"/checkpoints/checkpoint-{stopped}", final
+    assert (final["progress"]["step"], final["progress"]["totalSteps"]) == (60, 60), final["progress"]
+    for pod in pods(cluster, namespace, "hf", "worker"):
+        rank, out = index_of(pod), logs(cluster, namespace, pod["metadata"]["name"])
+        assert f"start rank={rank} step={stopped}" in out and f"done rank={rank} step=60" in out, out
+        assert (
+            f"loss rank={rank} step={stopped + 1} " in out and f"loss rank={rank} step={stopped} " not in out
+        ), out
+
+
+def test_an_unchanged_lightning_program_reports_crashes_and_resumes_from_its_own_checkpoint(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
+) -> None:
+    """`lightning_trainer.py` (no line of ours) on 2 nodes, DDP on gloo, hooks on by default: its
+    ModelCheckpoint's `dirpath="ckpts"` (pod-local) becomes the checkpoints volume; it crashes at
+    step 25, restarts and resumes from `epoch=0-step=20.ckpt` with the losses of the crashed run;
+    status.progress follows its steps to the end."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"pl-{namespace}", keep=20)
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": "python lightning_trainer.py --steps 40 --save 10 --crash-at 25 --step-seconds 0.3",
+        "failurePolicy": {"maxRestarts": 1},
+    }
+    _, losses = run_framework_job(
+        real, namespace, progress_controller, tmp_path, LIGHTNING_TRAINER, "pl", spec
+    )
+    crash_and_resume(
+        real, namespace, progress_controller, "pl", losses, "/checkpoints/epoch=0-step=20.ckpt", 25
+    )
+    assert "torchrun hooks: ModelCheckpoint saves to /checkpoints" in losses.lines(0)
+    final = finished(cluster, namespace, "pl")
+    assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, 'pl')}"
+    assert (final["progress"]["step"], final["progress"]["totalSteps"]) == (40, 40), final["progress"]
+    volume = volume_dir(cluster, namespace, "pl-checkpoints")
+    assert {f"epoch=0-step={s}.ckpt" for s in (10, 20, 30, 40)} <= {p.name for p in volume.iterdir()}
+
+
+def test_a_queue_that_turns_the_hooks_off_leaves_an_hf_program_as_it_is(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
+) -> None:
+    """The same HF program in a queue with `progress.frameworkHooks: false`: no line of the hooks,
+    its checkpoints stay where it put them (nothing on the volume), no progress in status."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"off-{namespace}", keep=20, progress={"frameworkHooks": False})
+    spec = {"jobQueue": queue, "numNodes": 1, "command": "python hf_trainer.py --steps 12 --save 5"}
+    run_framework_job(real, namespace, progress_controller, tmp_path, HF_TRAINER, "off", spec)
+    final = finished(cluster, namespace, "off")
+    assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, 'off')}"
+    (pod,) = pods(cluster, namespace, "off", "worker")
+    out = logs(cluster, namespace, pod["metadata"]["name"])
+    assert "done rank=0 step=12" in out and "torchrun hooks" not in out, out
+    assert f"site rank=0 {IMAGE_SITECUSTOMIZE}" in out, out
+    assert not list(volume_dir(cluster, namespace, "off-checkpoints").glob("checkpoint-*"))
+    assert "progress" not in final, final
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:

@@ -27,6 +27,19 @@ def test_without_a_checkpoints_volume_the_ranks_still_learn_the_attempt_and_the_
     assert manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 120
 
 
+def test_the_framework_hooks_are_on_unless_the_job_or_its_queue_turns_them_off() -> None:
+    def hooks(job_progress: dict[str, object] | None, queue_progress: dict[str, object] | None) -> str:
+        j = job(progress=job_progress) if job_progress is not None else job()
+        q = queue(progress=queue_progress) if queue_progress is not None else queue()
+        return env_of(worker(j, q, restart=0))["TORCHRUN_FRAMEWORK_HOOKS"]
+
+    assert hooks(None, None) == "1"
+    assert hooks(None, {"frameworkHooks": False}) == "0"
+    assert hooks({"frameworkHooks": True}, {"frameworkHooks": False}) == "1"  # the job's wins
+    assert hooks({"frameworkHooks": False}, None) == "0"
+    assert hooks({"stallTimeoutSeconds": 60}, {"frameworkHooks": False}) == "0"  # field by field
+
+
 def test_with_checkpoints_prepare_chooses_from_the_volume_and_rank_0_prunes() -> None:
     q = queue(
         storage={"checkpoints": {"enabled": True, "mountPath": "/ckpt", "keep": 3}},

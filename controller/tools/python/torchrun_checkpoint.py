@@ -114,6 +114,35 @@ def stop_requested() -> bool:
     return _stop.is_set()
 
 
+class StopVote:
+    """The ranks' agreement on the step to stop at (module doc)."""
+
+    def __init__(self) -> None:
+        self._dist: Any = None
+        self._group: Any = None
+        self._pending: tuple[Any, Any] | None = None
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self._dist = dist
+            self._group = dist.new_group(backend="gloo")  # collective: every rank builds its vote here
+
+    def should_stop(self) -> bool:
+        """True on every rank at the same call, the call after some rank's `stop_requested()`."""
+        if self._dist is None:
+            return stop_requested()
+        if self._pending is not None:
+            work, flag = self._pending
+            self._pending = None
+            work.wait()
+            if int(flag[0]) > 0:  # a CPU tensor: reading it waits for no device
+                return True
+        torch = importlib.import_module("torch")  # present wherever a process group is
+        flag = torch.tensor([1 if stop_requested() else 0], dtype=torch.int32)
+        work = self._dist.all_reduce(flag, op=self._dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._pending = (work, flag)
+        return False
+
+
 def _restarted_in_place() -> bool:
     """torchrun restarted this node's workers (TORCHELASTIC_RESTART_COUNT, set by torchrun)."""
     value = os.environ.get(ENV_RESTART_COUNT, "0")

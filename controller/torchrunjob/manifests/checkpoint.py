@@ -1,10 +1,12 @@
 """What checkpoints add to a worker pod (pure; docs/checkpoints.md).
 
 `worker_checkpoint(job, queue, restart)` returns a fragment `worker.build_worker_job` composes:
-- the torchrun container's environment: `TORCHRUN_ATTEMPT` (the whole-job restart), and
+- the torchrun container's environment: `TORCHRUN_ATTEMPT` (the whole-job restart),
   `TORCHRUN_STOP_SIGNAL=SIGTERM` (what the controller's deliberate stops send: saving then is
-  expected); with the queue's checkpoints volume, `TORCHRUN_CHECKPOINT_DIR` (its mount path: the
-  claim is the job's own, so the job's root is the whole volume);
+  expected), `TORCHRUN_FRAMEWORK_HOOKS` (`1`, or `0` when the effective `progress.frameworkHooks`
+  is false: the pod's `sitecustomize` then hooks nothing); with the queue's checkpoints volume,
+  `TORCHRUN_CHECKPOINT_DIR` (its mount path: the claim is the job's own, so the job's root is the
+  whole volume);
 - what the `prepare` init container needs to choose the checkpoint to resume from (`tools.py`):
   `--checkpoints <root> --attempt <restart>`, `--keep N` (`storage.checkpoints.keep`, or the job's
   `overrides.checkpointsKeep` when the queue allows `checkpointsKeep`) and
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import Overridable, TorchrunJob, TorchrunQueue
+from controller.api.progress import effective
 from controller.torchrunjob.manifests.common import allowed, node_rank_env
 from controller.torchrunjob.manifests.storage import CHECKPOINTS_VOLUME
 from controller.torchrunjob.manifests.tools import PrepareInputs
@@ -46,6 +49,11 @@ def mirror_prefix(uri: str, job: TorchrunJob, *, persist: bool) -> str:
     return f"{base}{job.namespace}/{job.name}/{last}/"
 
 
+def hooks_on(job: TorchrunJob, queue: TorchrunQueue) -> bool:
+    """The effective `spec.progress.frameworkHooks`: the job's, else the queue's, else true."""
+    return effective(job.spec.progress, queue.spec.progress).framework_hooks
+
+
 @dataclass(frozen=True)
 class WorkerCheckpoint:
     """The checkpoint fragment of a worker pod (module doc)."""
@@ -61,6 +69,7 @@ def worker_checkpoint(job: TorchrunJob, queue: TorchrunQueue, *, restart: int) -
     env: list[dict[str, Any]] = [
         {"name": "TORCHRUN_ATTEMPT", "value": str(restart)},
         {"name": "TORCHRUN_STOP_SIGNAL", "value": STOP_SIGNAL},
+        {"name": "TORCHRUN_FRAMEWORK_HOOKS", "value": "1" if hooks_on(job, queue) else "0"},
     ]
     prepare = PrepareInputs()
     if cp.enabled:
