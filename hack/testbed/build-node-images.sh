@@ -6,7 +6,7 @@
 #   train       the workers' image localhost/torchrun-train:<key>: a Debian trixie root filesystem
 #               from mmdebstrap with python3 3.13 (`python` too), Debian's python3-torch 2.6.0 (CPU,
 #               gloo; it ships /usr/bin/torchrun, so no wrapper; patched to make its TCPStores without
-#               libuv, see LIBUV_PATCH) and python3-etcd (torchrun's etcd
+#               libuv and to load onto `cpu:0`, see TORCH_PATCH) and python3-etcd (torchrun's etcd
 #               rendezvous backends), plus transformers and lightning from PyPI
 #               (hack/testbed/train-requirements.txt: exact versions, wheels only, no dependencies
 #               resolved here, so no PyPI torch and its GPU libraries), committed with buildah and
@@ -98,29 +98,38 @@ controller_image() {  # prints CONTROLLER_* lines; sets CONTROLLER_IMAGE and CON
 }
 
 train_key() {
-  { echo "$SUITE $MIRROR $TRAIN_PACKAGES $PYTHON_VERSION"; grep -v '^#' "$TRAIN_REQUIREMENTS"; echo "$LIBUV_PATCH"
+  { echo "$SUITE $MIRROR $TRAIN_PACKAGES $PYTHON_VERSION"; grep -v '^#' "$TRAIN_REQUIREMENTS"; echo "$TORCH_PATCH"
     sed -n '/^train_wheels()/,/^train_image()/p' "$0"; } \
     | sha256sum | cut -c1-12
 }
 
-# Debian's torch 2.6 is built without libuv, yet every TCPStore torch makes asks for it by default
-# (torchrun's c10d and static rendezvous, init_process_group's env://), and the store refuses: "use_libuv
-# was requested but PyTorch was build without libuv support" — no world could form. The image's
-# torch.distributed.TCPStore always asks for the store it has (use_libuv=False), so the workers
-# run torchrun and their programs as written.
-LIBUV_PATCH='import pathlib, py_compile
-p = pathlib.Path("/usr/lib/python3/dist-packages/torch/distributed/__init__.py")
-old = "        TCPStore,\n        Work as _Work,\n    )\n"
-new = old + """
+# Two patches to Debian's torch 2.6, each asserted to apply once (TORCH_PATCH):
+# - it is built without libuv, yet every TCPStore torch makes asks for it by default (torchrun's
+#   c10d and static rendezvous, init_process_group's env://), and the store refuses: "use_libuv was
+#   requested but PyTorch was build without libuv support" — no world could form. The image's
+#   torch.distributed.TCPStore always asks for the store it has (use_libuv=False);
+# - accelerate gives every CPU process of a distributed run the device `cpu:0`, and the Hugging
+#   Face Trainer resumes its optimizer with torch.load(map_location=that device), which torch 2.6
+#   refuses ("don't know how to restore data location ... (tagged with cpu:0)"): the image's CPU
+#   deserializer takes `cpu:<index>` as `cpu` (a CPU has one memory; later torch takes it too).
+# So the workers run torchrun and their programs as written.
+TORCH_PATCH='import pathlib, py_compile
+site = pathlib.Path("/usr/lib/python3/dist-packages/torch")
+def patch(rel, old, new):
+    p = site / rel
+    src = p.read_text()
+    assert src.count(old) == 1, "not once in " + str(p) + ": " + old
+    p.write_text(src.replace(old, new))
+    py_compile.compile(str(p), doraise=True)
+imported = "        TCPStore,\n        Work as _Work,\n    )\n"
+patch("distributed/__init__.py", imported, imported + """
     class TCPStore(TCPStore):  # this build has no libuv (hack/testbed/build-node-images.sh)
         def __init__(self, *args, **kwargs):
             kwargs["use_libuv"] = False
             super().__init__(*args, **kwargs)
-"""
-src = p.read_text()
-assert src.count(old) == 1, "the TCPStore import of torch 2.6 is not in " + str(p)
-p.write_text(src.replace(old, new))
-py_compile.compile(str(p), doraise=True)'
+""")
+patch("serialization.py", "def _cpu_deserialize(obj, location):\n    if location == \"cpu\":\n",
+      "def _cpu_deserialize(obj, location):\n    if location == \"cpu\" or location.startswith(\"cpu:\"):\n")'
 
 train_wheels() {  # train_wheels DIR: the PyPI layer, unpacked into DIR (site-packages layout)
   python3 -m pip install --quiet --no-deps --only-binary=:all: --no-compile \
@@ -141,7 +150,7 @@ train_rootfs() {  # train_rootfs TAR WHEELS: the root filesystem of the training
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook="chroot \"\$1\" python3 -c 'import sys; assert sys.version_info[:2] == (${PYTHON_VERSION/./, })'" \
     --customize-hook='chroot "$1" python3 - <<"PY"
-'"$LIBUV_PATCH"'
+'"$TORCH_PATCH"'
 PY' \
     --customize-hook="mkdir -p \"\$1$site\"" --customize-hook="copy-in $2/. $site" \
     --customize-hook='chroot "$1" sh -c "command -v torchrun && command -v python" >/dev/null' \

@@ -466,7 +466,7 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
     wait_until(lambda: rank0_at(14), 180, interval=1, message="attempt 1 past step 14")
     for pod in pods(cluster, namespace, "resume", "worker"):
         out = logs(cluster, namespace, pod["metadata"]["name"])
-        assert "resumed from step 8 (/checkpoints/step-8) attempt=1" in out, out
+        assert "resumed from step 8 (/checkpoints/step-8) attempt=1 in-place=0" in out, out
     cluster.kubectl(
         "patch", "torchrunjob", "resume", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}'
     )
@@ -949,6 +949,54 @@ def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
             cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
 
 
+def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice(
+    real: RealNode, namespace: str, controller: Path, tmp_path: Path
+) -> None:
+    """`distributed.maxRestarts: 1`: rank 1 exits 1 after step 9; torchrun (torch 2.6) restarts
+    both nodes' workers in place — the pods stay, no whole-job restart — and the restarted ranks
+    resume from step-8, saved after the pods started (the start chose nothing: the volume was
+    empty), because the helper scans again after an in-place restart."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"ip-{namespace}", keep=20)
+    command = (
+        "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
+    )
+    cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": "inplace"},
+            "spec": {
+                "jobQueue": queue,
+                "numNodes": 2,
+                "command": command,
+                "distributed": {"backend": "gloo", "maxRestarts": 1},
+                "workspace": {"source": "upload"},
+            },
+        },
+        namespace,
+    )
+    project = project_with_train(tmp_path, TRAIN_CHECKPOINT)
+    proc = plugin_run(real, namespace, project, "sync", "inplace", "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+    first = wait_until(
+        lambda: {p["metadata"]["uid"] for p in pods(cluster, namespace, "inplace", "worker")} or None,
+        240,
+        interval=1,
+        message="workers",
+    )
+    final = finished(cluster, namespace, "inplace", 420)
+    said = f"{final}\n{diagnose(cluster, namespace, 'inplace')}"
+    assert final["phase"] == "Succeeded" and not final.get("restarts"), said
+    workers = pods(cluster, namespace, "inplace", "worker")
+    assert {p["metadata"]["uid"] for p in workers} == first, said  # the same pods throughout
+    assert final["checkpoint"].get("resumedFrom") is None, final  # the start chose nothing
+    for pod in workers:
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert "resumed from step 8 (/checkpoints/step-8) attempt=0 in-place=1" in out, out
+        assert "done step=16" in out, out
+
+
 # -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------
 
 
@@ -1010,6 +1058,7 @@ def run_framework_job(
         },
         namespace,
     )
+    (tmp_path / name).mkdir()
     project = project_with_train(tmp_path / name, program)
     proc = plugin_run(real, namespace, project, "sync", name, "--detach")
     assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{log.read_text()[-3000:]}"
@@ -1151,23 +1200,31 @@ def test_an_unchanged_lightning_program_reports_crashes_and_resumes_from_its_own
     assert {f"epoch=0-step={s}.ckpt" for s in (10, 20, 30, 40)} <= {p.name for p in volume.iterdir()}
 
 
-def test_a_queue_that_turns_the_hooks_off_leaves_an_hf_program_as_it_is(
+def test_a_queue_or_a_job_that_turns_the_hooks_off_leaves_an_hf_program_as_it_is(
     real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
 ) -> None:
-    """The same HF program in a queue with `progress.frameworkHooks: false`: no line of the hooks,
-    its checkpoints stay where it put them (nothing on the volume), no progress in status."""
+    """The same HF program, at once in a queue with `progress.frameworkHooks: false` and, in a queue
+    that leaves them on, as a job with `progress.frameworkHooks: false`: no line of the hooks, its
+    checkpoints stay where it put them (nothing on the volume), no progress in status."""
     cluster = real.cluster
-    queue = checkpoint_queue(real, f"off-{namespace}", keep=20, progress={"frameworkHooks": False})
-    spec = {"jobQueue": queue, "numNodes": 1, "command": "python hf_trainer.py --steps 12 --save 5"}
-    run_framework_job(real, namespace, progress_controller, tmp_path, HF_TRAINER, "off", spec)
-    final = finished(cluster, namespace, "off")
-    assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, 'off')}"
-    (pod,) = pods(cluster, namespace, "off", "worker")
-    out = logs(cluster, namespace, pod["metadata"]["name"])
-    assert "done rank=0 step=12" in out and "torchrun hooks" not in out, out
-    assert f"site rank=0 {IMAGE_SITECUSTOMIZE}" in out, out
-    assert not list(volume_dir(cluster, namespace, "off-checkpoints").glob("checkpoint-*"))
-    assert "progress" not in final, final
+    off = checkpoint_queue(real, f"off-{namespace}", keep=20, progress={"frameworkHooks": False})
+    on = checkpoint_queue(real, f"on-{namespace}", keep=20)
+    command = "python hf_trainer.py --steps 12 --save 5"
+    jobs = {
+        "queue-off": {"jobQueue": off, "numNodes": 1, "command": command},
+        "job-off": {"jobQueue": on, "numNodes": 1, "command": command, "progress": {"frameworkHooks": False}},
+    }
+    for name, spec in jobs.items():
+        run_framework_job(real, namespace, progress_controller, tmp_path, HF_TRAINER, name, spec)
+    for name in jobs:
+        final = finished(cluster, namespace, name)
+        assert final["phase"] == "Succeeded", f"{final}\n{diagnose(cluster, namespace, name)}"
+        (pod,) = pods(cluster, namespace, name, "worker")
+        out = logs(cluster, namespace, pod["metadata"]["name"])
+        assert "done rank=0 step=12" in out and "torchrun hooks" not in out, out
+        assert f"site rank=0 {IMAGE_SITECUSTOMIZE}" in out, out
+        assert not list(volume_dir(cluster, namespace, f"{name}-checkpoints").glob("checkpoint-*")), name
+        assert "progress" not in final, final
 
 
 def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:

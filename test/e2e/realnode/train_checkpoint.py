@@ -8,9 +8,11 @@ every rank prints `resumed from step <s>` and continues at s + 1. When the pod i
 (`stop_requested()`, SIGTERM forwarded by torchrun), the ranks agree on it at the end of a step
 (an all-reduce of the flag), save `step-<s>/` (with a file `saved-on-stop`), print `saved step <s>
 on stop` and exit 0. With `--fail-rank R --fail-after S`, rank R exits 1 after step S of the first
-attempt (TORCHRUN_ATTEMPT 0). Every rank appends `attempt step loss` lines to `<checkpoint
-dir>/losses-rank<R>.txt` (a file: never taken for a checkpoint), after a line `# start attempt=<A>
-from=<s>` at each start, and ends with `done step=<total>`.
+attempt (TORCHRUN_ATTEMPT 0) and of its first workers (TORCHELASTIC_RESTART_COUNT 0: under
+torchrun's `--max_restarts` the restarted workers do not fail again). Every rank appends
+`attempt step loss` lines to `<checkpoint dir>/losses-rank<R>.txt` (a file: never taken for a
+checkpoint), after a line `# start attempt=<A> from=<s>` at each start, and ends with
+`done step=<total>`.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def main() -> int:
     gen = torch.Generator().manual_seed(1000 + rank)
     target = torch.linspace(-1.0, 1.0, 8).unsqueeze(1)
     start = 1
+    in_place = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     resume = tc.resume_from()
     if resume is not None:
         state = torch.load(resume / "model.pt")
@@ -77,7 +80,10 @@ def main() -> int:
         optimizer.load_state_dict(state["optimizer"])
         gen.set_state(torch.load(resume / f"rng-{rank}.pt"))
         start = state["step"] + 1
-        print(f"resumed from step {state['step']} ({resume}) attempt={tc.attempt()}", flush=True)
+        print(
+            f"resumed from step {state['step']} ({resume}) attempt={tc.attempt()} in-place={in_place}",
+            flush=True,
+        )
     with open(os.path.join(str(tc.checkpoint_dir()), f"losses-rank{rank}.txt"), "a") as losses:
         losses.write(f"# start attempt={tc.attempt()} from={start - 1}\n")
         for step in range(start, args.steps + 1):
@@ -89,7 +95,7 @@ def main() -> int:
             print(f"loss rank={rank} step={step} value={loss.item():.6f}", flush=True)
             losses.write(f"{tc.attempt()} {step} {loss.item():.6f}\n")
             losses.flush()
-            if rank == args.fail_rank and step == args.fail_after and tc.attempt() == 0:
+            if rank == args.fail_rank and step == args.fail_after and tc.attempt() == 0 and in_place == 0:
                 print(f"rank {rank} fails on purpose after step {step}", flush=True)
                 return 1
             stop = torch.tensor([1.0 if tc.stop_requested() else 0.0])
