@@ -393,6 +393,27 @@ def checkpoint_queue(
     return name
 
 
+def submit(
+    real: RealNode, namespace: str, log: Path, tmp_path: Path, program: Path, name: str, spec: dict[str, Any]
+) -> Path:
+    """Job `name` (gloo, an uploaded workspace, then `spec`) running `program`, uploaded with
+    `kubectl torchrun sync --detach` from a project of its own; returns the project."""
+    real.cluster.apply(
+        {
+            "apiVersion": "torchrun.ai/v1alpha1",
+            "kind": "TorchrunJob",
+            "metadata": {"name": name},
+            "spec": {"distributed": {"backend": "gloo"}, "workspace": {"source": "upload"}, **spec},
+        },
+        namespace,
+    )
+    (tmp_path / name).mkdir()
+    project = project_with_train(tmp_path / name, program)
+    proc = plugin_run(real, namespace, project, "sync", name, "--detach")
+    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{log.read_text()[-3000:]}"
+    return project
+
+
 def losses(path: Path) -> list[tuple[str, int, float]]:
     """`train_checkpoint.py`'s loss file: ("start", from, 0) and ("loss", step, value) in order."""
     out: list[tuple[str, int, float]] = []
@@ -416,25 +437,8 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
     command = (
         "python train_checkpoint.py --steps 36 --every 4 --step-seconds 0.7 --fail-rank 1 --fail-after 9"
     )
-    cluster.apply(
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunJob",
-            "metadata": {"name": "resume"},
-            "spec": {
-                "jobQueue": queue,
-                "numNodes": 2,
-                "command": command,
-                "distributed": {"backend": "gloo"},
-                "workspace": {"source": "upload"},
-                "failurePolicy": {"maxRestarts": 1},
-            },
-        },
-        namespace,
-    )
-    project = project_with_train(tmp_path, TRAIN_CHECKPOINT)
-    proc = plugin_run(real, namespace, project, "sync", "resume", "--detach")
-    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+    spec = {"jobQueue": queue, "numNodes": 2, "command": command, "failurePolicy": {"maxRestarts": 1}}
+    project = submit(real, namespace, controller, tmp_path, TRAIN_CHECKPOINT, "resume", spec)
 
     def status() -> dict[str, Any]:
         return job_status(cluster, namespace, "resume")
@@ -949,10 +953,18 @@ def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
             cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
 
 
+# hack/bench/torchrun_inplace.py repeats the in-place test this many times in one real node session,
+# with this `distributed.maxRestarts` (3: with 1, 1 run of 5 failed — the survivor's own gloo error
+# spent its node's only restart, and a second rendezvous round found none left)
+IN_PLACE_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RUNS", "1"))
+IN_PLACE_MAX_RESTARTS = int(os.environ.get("TORCHRUN_IN_PLACE_MAX_RESTARTS", "3"))
+
+
+@pytest.mark.parametrize("run", range(IN_PLACE_RUNS))
 def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice(
-    real: RealNode, namespace: str, controller: Path, tmp_path: Path
+    real: RealNode, namespace: str, controller: Path, tmp_path: Path, run: int
 ) -> None:
-    """`distributed.maxRestarts: 1`: rank 1 exits 1 after step 9; torchrun (torch 2.6) restarts
+    """`distributed.maxRestarts: 3`: rank 1 exits 1 after step 9; torchrun (torch 2.6) restarts
     both nodes' workers in place — the pods stay, no whole-job restart — and the restarted ranks
     resume from step-8, saved after the pods started (the start chose nothing: the volume was
     empty), because the helper scans again after an in-place restart."""
@@ -961,24 +973,13 @@ def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_
     command = (
         "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
     )
-    cluster.apply(
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunJob",
-            "metadata": {"name": "inplace"},
-            "spec": {
-                "jobQueue": queue,
-                "numNodes": 2,
-                "command": command,
-                "distributed": {"backend": "gloo", "maxRestarts": 1},
-                "workspace": {"source": "upload"},
-            },
-        },
-        namespace,
-    )
-    project = project_with_train(tmp_path, TRAIN_CHECKPOINT)
-    proc = plugin_run(real, namespace, project, "sync", "inplace", "--detach")
-    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{controller.read_text()[-3000:]}"
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": command,
+        "distributed": {"backend": "gloo", "maxRestarts": IN_PLACE_MAX_RESTARTS},
+    }
+    submit(real, namespace, controller, tmp_path, TRAIN_CHECKPOINT, "inplace", spec)
     first = wait_until(
         lambda: {p["metadata"]["uid"] for p in pods(cluster, namespace, "inplace", "worker")} or None,
         240,
@@ -993,7 +994,7 @@ def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_
     assert final["checkpoint"].get("resumedFrom") is None, final  # the start chose nothing
     for pod in workers:
         out = logs(cluster, namespace, pod["metadata"]["name"])
-        assert "resumed from step 8 (/checkpoints/step-8) attempt=0 in-place=1" in out, out
+        assert re.search(r"resumed from step 8 \(/checkpoints/step-8\) attempt=0 in-place=[1-9]", out), out
         assert "done step=16" in out, out
 
 
@@ -1049,19 +1050,7 @@ def run_framework_job(
     """Submit `program` unchanged (it names nothing of ours: checked) as job `name`."""
     text = program.read_text()
     assert "torchrun" not in text.lower(), f"{program.name} must not know where it runs"
-    real.cluster.apply(
-        {
-            "apiVersion": "torchrun.ai/v1alpha1",
-            "kind": "TorchrunJob",
-            "metadata": {"name": name},
-            "spec": {"distributed": {"backend": "gloo"}, "workspace": {"source": "upload"}, **spec},
-        },
-        namespace,
-    )
-    (tmp_path / name).mkdir()
-    project = project_with_train(tmp_path / name, program)
-    proc = plugin_run(real, namespace, project, "sync", name, "--detach")
-    assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{log.read_text()[-3000:]}"
+    project = submit(real, namespace, log, tmp_path, program, name, spec)
     return project, LossLog(real.cluster, namespace, name)
 
 
@@ -1088,7 +1077,7 @@ def crash_and_resume(
         said = f"{job_status(cluster, namespace, job)}\n{diagnose(cluster, namespace, job)}"
         raise AssertionError(f"{said}\n{log.read_text()[-3000:]}") from e
     first, second = losses.losses(0), losses.losses(1)
-    saved = int(resumed_from.rsplit("-", 1)[1].removesuffix(".ckpt"))
+    saved = int(re.findall(r"[0-9]+", resumed_from)[-1])  # checkpoint-20, epoch=0-step=20.ckpt
     assert min(s for _, s in second) == saved + 1, sorted(second)  # the step continues
     compared = sorted(k for k in second if k in first and k[1] <= crash_at)
     assert compared and compared[0][1] == saved + 1, (sorted(first), sorted(second))

@@ -3,7 +3,7 @@
 A small MLP learns y = sum(x) with batches that are a function of the step (the batch of step s is
 drawn from a generator seeded with s, so a resumed run sees the data an uninterrupted one would).
 `ModelCheckpoint(dirpath="ckpts", every_n_train_steps=--save, save_top_k=-1)` saves
-`epoch=0-step=<s>.ckpt` into a relative directory, as real programs do. Run by torchrun on every
+`epoch=0-step=<s>.ckpt` into a relative directory, as real programs do. Launched on every
 node (`num_nodes` from the launcher's WORLD_SIZE, one process per node, DDP on gloo). Every rank prints
 `loss rank=<r> step=<s> <loss>` for each step it trains and `done rank=<r> step=<s>` at the end.
 With --crash-at S, a run that started from scratch raises at step S; a resumed run does not.
