@@ -9,7 +9,7 @@ Debian trixie's torch 2.6, c10d rendezvous, one gloo rank each, `distributed.max
 rank 1 exits 1 after step 9; it passes when torchrun restarted both nodes' workers in place — the
 same pods, no whole-job restart — and both resumed from step-8 and finished). Prints each run's
 outcome and time and the tally; a failed run's first assertion line says how it failed. Needs root
-(the real node). Not part of CI, which runs the test once.
+(the real node). Not part of CI: the test exists only when this asks for it (its comment says why).
 """
 
 from __future__ import annotations

