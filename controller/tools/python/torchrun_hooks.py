@@ -115,18 +115,19 @@ def patch(module: ModuleType, kind: str) -> None:
         say(f"{module.__name__}.Trainer left unhooked ({type(err).__name__}: {err})")
 
 
+def _sibling(name: str) -> Any:
+    """`torchrun_<name>`, this directory's helper module (imported when a hook first needs it)."""
+    return importlib.import_module(f"torchrun_{name}")
+
+
 def checkpoint_root() -> Path | None:
-    value = os.environ.get("TORCHRUN_CHECKPOINT_DIR")
-    return Path(value) if value else None
+    """The job's checkpoint root (`torchrun_checkpoint.checkpoint_dir`), None without one."""
+    root: Path | None = _sibling("checkpoint").checkpoint_dir()
+    return root
 
 
 def _rules() -> Any:
     return _sibling("checkpoint_discovery")
-
-
-def _sibling(name: str) -> Any:
-    """`torchrun_<name>`, this directory's helper module (imported when a hook first needs it)."""
-    return importlib.import_module(f"torchrun_{name}")
 
 
 def resume_point(kind: str) -> Path | None:
@@ -156,6 +157,19 @@ def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..
     setattr(cls, name, functools.wraps(original)(make(original)))
 
 
+def _after_init(cls: type, then: Callable[[Any], None]) -> None:
+    """`cls.__init__` as it was, then `then(self)`."""
+
+    def init(original: Callable[..., Any]) -> Callable[..., Any]:
+        def hooked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            then(self)
+
+        return hooked_init
+
+    _wrap(cls, "__init__", init)
+
+
 # -- Hugging Face Trainer -------------------------------------------------------------------------
 
 
@@ -165,16 +179,12 @@ def _patch_hf(trainer: type) -> None:
         if not callable(getattr(trainer, needed, None)):
             raise AttributeError(f"Trainer has no {needed}")
 
-    def init(original: Callable[..., Any]) -> Callable[..., Any]:
-        def hooked_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            self.add_callback(callback())
-            root = checkpoint_root()
-            where = getattr(self.args, "output_dir", None)
-            if root is not None and (where is None or not _inside(Path(where), root)):
-                say(f"Trainer checkpoints go to {root} (output_dir {where} keeps the rest)")
-
-        return hooked_init
+    def hook(trainer: Any) -> None:
+        trainer.add_callback(callback())
+        root = checkpoint_root()
+        where = getattr(trainer.args, "output_dir", None)
+        if root is not None and (where is None or not _inside(Path(where), root)):
+            say(f"Trainer checkpoints go to {root} (output_dir {where} keeps the rest)")
 
     def output_dir(original: Callable[..., Any]) -> Callable[..., Any]:
         def _get_output_dir(self: Any, trial: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -203,7 +213,7 @@ def _patch_hf(trainer: type) -> None:
 
         return train
 
-    _wrap(trainer, "__init__", init)
+    _after_init(trainer, hook)
     _wrap(trainer, "_get_output_dir", output_dir)
     _wrap(trainer, "train", train)
 
@@ -256,13 +266,6 @@ def _patch_lightning(trainer: type) -> None:
     base = importlib.import_module(trainer.__module__.split(".trainer.")[0] + ".callbacks").Callback
     callback = _lightning_callback(base)
 
-    def init(original: Callable[..., Any]) -> Callable[..., Any]:
-        def hooked_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, *args, **kwargs)
-            self.callbacks.insert(0, callback())  # first: its setup runs before ModelCheckpoint's
-
-        return hooked_init
-
     def fit(original: Callable[..., Any]) -> Callable[..., Any]:
         def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
             if len(args) < 5 and kwargs.get("ckpt_path") is None:
@@ -274,7 +277,8 @@ def _patch_lightning(trainer: type) -> None:
 
         return fit
 
-    _wrap(trainer, "__init__", init)
+    # first: its setup runs before ModelCheckpoint's, which resolves the dirpath
+    _after_init(trainer, lambda t: t.callbacks.insert(0, callback()))
     _wrap(trainer, "fit", fit)
 
 
