@@ -73,6 +73,7 @@ class Reason(_Vocabulary):
     CONTAINER_CONFIG_ERROR = "ContainerConfigError", Severity.WARNING
     CONTAINER_CRASH_LOOPING = "ContainerCrashLooping", Severity.WARNING
     RESTARTING = "Restarting", Severity.WARNING
+    RESTARTED_IN_PLACE = "RestartedInPlace", Severity.WARNING  # the pods stayed: torchrun restarted in them
     WAITING_FOR_ETCD = "WaitingForEtcd", Severity.NORMAL
     ETCD_FAILING = "EtcdFailing", Severity.WARNING
     COMPLETED = "Completed", Severity.QUIET

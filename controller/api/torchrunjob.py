@@ -89,6 +89,11 @@ class JobConditionType:
         field_path=".retriableExitCodes",
     )
 )
+class RestartMode(str, enum.Enum):
+    RECREATE = "Recreate"  # every restart makes a new worker Job (new pods)
+    IN_PLACE = "InPlace"  # failures, stall restarts and reloads restart torchrun inside the pods
+
+
 @dataclass(frozen=True)
 class FailurePolicy:
     """What a failure costs: restarts of a node's pod, of the whole job, or nothing."""
@@ -131,6 +136,14 @@ class FailurePolicy:
             "fails the attempt like any failure (a whole-job restart while maxRestarts allow, else "
             "the job fails), so a code that always recurs cannot restart pods forever.",
             schema={"minimum": 0, "maximum": 1000, "format": "int32"},
+        ),
+    )
+    restart_mode: RestartMode = field(
+        default=RestartMode.RECREATE,
+        metadata=api(
+            "How a restart runs: Recreate (a new worker Job, every pod new) or InPlace (the pods stay "
+            "and the supervisor in each starts a fresh torchrun on the newest checkpoint: seconds, "
+            "not a rebuilt world; needs the controller's progress endpoint). Restarts count the same.",
         ),
     )
 
@@ -361,7 +374,25 @@ class TorchrunJobStatus:
         ),
     )
     workers: WorkerCounts = field(default_factory=WorkerCounts, metadata=api("Worker pods by state."))
-    restarts: int = field(default=0, metadata=api("Whole-job restarts so far.", schema={"format": "int32"}))
+    restarts: int = field(
+        default=0,
+        metadata=api("Whole-job restarts so far, in place ones included.", schema={"format": "int32"}),
+    )
+    in_place_restarts: int = field(
+        default=0,
+        metadata=api(
+            "Of restarts, those that ran in place (failurePolicy.restartMode InPlace): the pods stayed.",
+            schema={"format": "int32"},
+        ),
+    )
+    in_place_generation: int = field(
+        default=0,
+        metadata=api(
+            "The generation every worker pod's supervisor runs (InPlace only): raised by each restart "
+            "in place and each hot reload in place, never lowered in an attempt; 0 in a new one.",
+            schema={"format": "int32"},
+        ),
+    )
     restarts_by_reason: Mapping[str, int] = field(
         default_factory=dict,
         metadata=api(
@@ -431,6 +462,11 @@ class TorchrunJobStatus:
             "the rest by cause (controller/torchrunjob/goodput.py)."
         ),
     )
+
+    @property
+    def attempt(self) -> int:
+        """The worker Job's attempt: the restarts that recreated it (restarts in place keep it)."""
+        return self.restarts - self.in_place_restarts
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from controller.metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from controller.progress.endpoint import ProgressEndpoint, report_counter
 from controller.progress.identity import TokenReviewer
 from controller.progress.store import ProgressStore
+from controller.progress.supervisors import SupervisorStates
 from controller.progress.tls import ca_bundle, server_context
 from controller.progress.tokens import REVIEW_BURST, REVIEW_QPS, REVIEWS_IN_FLIGHT
 from controller.rest import RESTClient, load_config
@@ -84,8 +85,9 @@ class App:
         self.recorder = EventRecorder(self.client)
         # reports reach the leader's memory through the endpoint (`progress_endpoint`)
         self.progress = ProgressStore() if opts.progress_bind_address else None
+        self.supervisors = SupervisorStates() if opts.progress_bind_address else None
         reporter = ReporterSettings(opts.progress_url, ca_bundle(opts.progress_cert_dir))
-        progress = ProgressSettings(self.progress, opts.progress_period, reporter)
+        progress = ProgressSettings(self.progress, opts.progress_period, reporter, self.supervisors)
         # each controller registers its own informers and event handlers (its package's wiring.py)
         self.job_controller = torchrunjob_wiring.new_controller(
             f,
@@ -190,6 +192,7 @@ class App:
             accepting=accepting,
             enqueue=self.job_controller.enqueue,
             reports=report_counter(self.metrics.registry),
+            supervisors=self.supervisors,
         ).start()
 
     def review_client(self) -> RESTClient:

@@ -13,7 +13,8 @@ complete checkpoint rank 0's sidecar tells, and its parser).
 The leader's side: `endpoint.py` (HTTPS `POST /v1/progress`, served over `tls.py`'s
 certificate) screens the token at no API cost (`tokens.py`), checks it with a TokenReview and
 proves the pod is the job's from the caches (`identity.py`), and keeps the reports in memory
-(`store.py`); the job reconciler turns them into `status.progress` (`summary.py`, with `eta.py`'s
+(`store.py`), and the in-place supervisors' states and the word each is answered
+(`supervisors.py`); the job reconciler turns them into `status.progress` (`summary.py`, with `eta.py`'s
 rate and estimated end) and the `Progressing` condition (`stall.py`, the stall decision) at most
 once per `--progress-period` (`torchrunjob/progress.py`). Pure, no I/O: `record.py`, `eta.py`,
 `stall.py`, `summary.py`; `store.py` holds state but does no I/O. Why push and not pull:

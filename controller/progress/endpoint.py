@@ -16,8 +16,12 @@ Served as every listener of the controller is (`httpserve.Listener`: a daemon th
 to `shutdown()`); connections are bounded (`httpserve.BoundedHTTPServer`: `WORKERS` at once, excess
 closed at once, `DEADLINE` seconds each in all); refusals are logged at most one line per 10 s
 (`SampledLog`).
-An answer is one JSON line `{"accepted": bool, "message": ...}`. Nothing here writes to the API
-server but the TokenReview: the job reconciler writes status (`torchrunjob/progress.py`).
+A body with `"inPlace"` and no record is an in-place supervisor's state (its sidecar's link,
+`sidecar/inplace.py`): proven the same way, kept in `supervisors.SupervisorStates` (a change
+enqueues the job), and answered with the word for that pod (`supervisors.word`).
+An answer is one JSON line `{"accepted": bool, "message": ...}` (and `"inPlace": WORD` for a
+supervisor). Nothing here writes to the API server but the TokenReview: the job reconciler
+writes status (`torchrunjob/progress.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -40,7 +45,9 @@ from controller.httpserve import Listener
 from controller.progress.identity import Refusal, Reporter, TokenReviewer, prove
 from controller.progress.record import parse_object
 from controller.progress.saved import parse_saved
+from controller.progress.sidecar.inplace import parse_state
 from controller.progress.store import ProgressStore
+from controller.progress.supervisors import SupervisorStates, word
 from controller.rest.errors import ApiError
 
 log = structlog.get_logger("progress")
@@ -64,8 +71,10 @@ class ProgressEndpoint(Listener):
         accepting: Callable[[], bool],
         enqueue: Callable[[str], None],
         reports: Counter,
+        supervisors: SupervisorStates | None = None,
     ) -> None:
         self.reviewer, self.store, self.enqueue = reviewer, store, enqueue
+        self.supervisors = supervisors if supervisors is not None else SupervisorStates()
         self.pods, self.worker_jobs, self.jobs = pods, worker_jobs, jobs
         self.accepting = accepting
         self.reports = reports
@@ -73,9 +82,12 @@ class ProgressEndpoint(Listener):
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                status, message = endpoint.handle(self)
+                status, message, *extra = endpoint.handle(self)
                 endpoint.reports.labels(result=str(status)).inc()
-                body = (json.dumps({"accepted": status == 200, "message": message}) + "\n").encode()
+                answer = {"accepted": status == 200, "message": message}
+                if extra:
+                    answer["inPlace"] = extra[0]
+                body = (json.dumps(answer) + "\n").encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -92,8 +104,9 @@ class ProgressEndpoint(Listener):
             address, Handler, name="progress-endpoint", workers=WORKERS, deadline=DEADLINE, context=context
         )
 
-    def handle(self, request: BaseHTTPRequestHandler) -> tuple[int, str]:
-        """The HTTP status and message of one request (module docstring)."""
+    def handle(self, request: BaseHTTPRequestHandler) -> tuple[Any, ...]:
+        """The HTTP status and message of one request (module docstring), and a supervisor's word
+        when it was one (`handle_in_place`)."""
         try:
             length = int(request.headers.get("Content-Length") or 0)
         except ValueError:
@@ -112,6 +125,8 @@ class ProgressEndpoint(Listener):
             return 401, "no bearer token: send the pod's projected service-account token"
         try:
             body = json.loads(raw)
+            if isinstance(body, dict) and "inPlace" in body and "record" not in body:
+                return self.handle_in_place(auth[7:].strip(), body, now)
             job, seconds = body["job"], float(body.get("secondsSinceChange", 0))
             record = parse_object(body["record"])
             if not isinstance(job, str) or record is None or not math.isfinite(seconds):
@@ -139,6 +154,31 @@ class ProgressEndpoint(Listener):
         ):
             self.enqueue(reporter.key)
         return 200, "ok"
+
+    def handle_in_place(self, token: str, body: dict[str, Any], now: datetime) -> tuple[Any, ...]:
+        """A supervisor's state (`sidecar/inplace.py`): kept (`supervisors.SupervisorStates`; a
+        change enqueues the job) and answered with the word for its pod (`supervisors.word`)."""
+        job = body.get("job")
+        state = parse_state(body.get("inPlace"))
+        if not isinstance(job, str) or (body.get("inPlace") is not None and state is None):
+            return 400, 'expected {"job": NAME, "inPlace": {"generation": G, "state": S, "exitCode": C}}'
+        try:
+            reporter = self.prove(token, job)
+        except ApiError as exc:
+            log.warning("token review failed", error=str(exc))
+            return 503, "token review failed: retry"
+        if isinstance(reporter, Refusal):
+            self.refusals.said(reporter.status, reporter.message)
+            return reporter.status, reporter.message
+        ns, _, name = reporter.key.partition("/")
+        raw_job = self.jobs.get(name, ns)
+        if raw_job is None:
+            return 404, f"TorchrunJob {reporter.key} is gone"
+        if state is not None and self.supervisors.tell(
+            reporter.key, attempt=reporter.attempt, rank=reporter.rank, state=state, now=now
+        ):
+            self.enqueue(reporter.key)
+        return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt)
 
     def prove(self, token: str, job: str) -> Reporter | Refusal:
         identity = self.reviewer.review(token)

@@ -10,7 +10,8 @@ or a sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid �
 (`workers.py`: the worker Job and its pods, listed once), and `observe`, whose answer is the
 attempt's state as conditions — suspended, running or why not (`starting.py`; `reload.py`: hot
 reload rolls workers made before the generation in use; `progress.py`: status.progress,
-Progressing, a stall), or ended (`lifecycle.attempt_ended`).
+Progressing, a stall), restarted in place after a failure its supervisors told (`inplace.py`,
+for a job that restarts in place), or ended (`lifecycle.attempt_ended`).
 No step writes the status: it is computed from what the steps answered and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events) — but a write that would
@@ -47,13 +48,14 @@ from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import EventRecorder
 from controller.runtime.status import update_status
-from controller.torchrunjob import lifecycle, starting
+from controller.torchrunjob import inplace, lifecycle, starting
 from controller.torchrunjob import status as st
 from controller.torchrunjob.actions import Actions
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.children import Children
 from controller.torchrunjob.claims import WorkspaceClaims
 from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState
+from controller.torchrunjob.inplace import InPlace
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.manifests.etcd import READY, EtcdState
 from controller.torchrunjob.manifests.rendezvous import DEFAULT_CLUSTER_DOMAIN
@@ -121,6 +123,7 @@ class TorchrunJobReconciler:
         self.reporter = StatusReporter(client, recorder)
         self.progress = ProgressStep(opts.progress)
         self.reload = HotReload(client, recorder)
+        self.in_place = InPlace(opts.progress.supervisors, opts.progress.reporter)
         self.metrics = metrics or client.metrics
         self.tracker = JobTracker()
         self.queue_parses = QueueParses()
@@ -131,6 +134,7 @@ class TorchrunJobReconciler:
         if raw is None:
             self.tracker.drop(key)
             self.progress.forget(key)
+            self.in_place.forget(key)
             return None
         if raw["metadata"].get("deletionTimestamp"):
             return None  # owner references take the rest away
@@ -237,7 +241,7 @@ class TorchrunJobReconciler:
         """The managed etcd's state (READY for jobs that need none)."""
         if not job.spec.distributed.runs_managed_etcd:
             return Proceed(READY)
-        return self.etcd.ensure(job, admission.queue, status.restarts)
+        return self.etcd.ensure(job, admission.queue, status.attempt)
 
     def gang(self, job: TorchrunJob, admission: Admission) -> Step[None]:
         """The gang's PodGroup exists before any pod, or Kueue's switch follows (`podgroups.py`)."""
@@ -271,8 +275,20 @@ class TorchrunJobReconciler:
             # failed pods may be cleaned up by someone else: the count never goes down in an attempt
             failures = max(found, status.retriable_failures)
             seen = seen.then(Decision(changes={"retriable_failures": failures}))
+            failure = self.in_place.failure(job, attempt.job["metadata"]["uid"], status)
+            if failure is not None:
+                restarted = inplace.restart(
+                    failure,
+                    status,
+                    limit=min(fp.max_restarts, self.options.restart_limit),
+                    retriable_codes=fp.retriable_exit_codes,
+                    retriable_cap=fp.max_retriable_failures,
+                    retriable_failures=failures,
+                )
+                if restarted is not None:
+                    return seen.then(restarted)
             outcome = lifecycle.retriable_limit(failures, fp.max_retriable_failures, fp.retriable_exit_codes)
-            outcome = outcome or progress.value
+            outcome = outcome or (failure.outcome() if failure is not None else None) or progress.value
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
             ttl = job.spec.ttl_seconds_after_finished

@@ -140,6 +140,7 @@ def attempt_ended(
                 "restarts": restarts + 1,
                 "restarts_by_reason": count_restart(by_reason or {}, str(outcome.reason)),
                 "retriable_failures": 0,
+                "in_place_generation": 0,  # a new worker Job: its supervisors start at 0
             },
             stop=True,
         )

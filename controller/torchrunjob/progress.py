@@ -65,6 +65,7 @@ from controller.pods import COMPLETION_INDEX_ANNOTATION
 from controller.progress.stall import RankState, Startup, decide, starting
 from controller.progress.store import JobView, ProgressStore, SavedAt
 from controller.progress.summary import progress_of
+from controller.progress.supervisors import SupervisorStates
 from controller.torchrunjob import status as st
 from controller.torchrunjob.goodput import Point
 from controller.torchrunjob.manifests.progress import ReporterSettings
@@ -82,6 +83,7 @@ class ProgressSettings:
     store: ProgressStore | None = None
     period: float = DEFAULT_PERIOD
     reporter: ReporterSettings = field(default_factory=ReporterSettings)
+    supervisors: SupervisorStates | None = None  # the in-place supervisors' states (inplace.py)
 
 
 class ProgressStep:
@@ -286,7 +288,7 @@ def known_to_report(shown: Progress | None) -> bool:
 
 def show_newest_checkpoint(saved: SavedAt, status: TorchrunJobStatus) -> Decision:
     """`status.checkpoint.newest` says `saved` (to the second, as the API keeps times)."""
-    current = status.checkpoint or CheckpointStatus(attempt=status.restarts)
+    current = status.checkpoint or CheckpointStatus(attempt=status.attempt)
     newest = NewestCheckpoint(saved.name, saved.step, saved.time.replace(microsecond=0))
     if current.newest == newest:
         return PROCEED

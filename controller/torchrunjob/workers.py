@@ -106,7 +106,7 @@ class Workers:
         updater: JobUpdater,
     ) -> Step[Attempt]:
         existing = self.children.get(JOBS, job)
-        restart = status.restarts
+        restart = status.attempt  # restarts in place keep the worker Job
         if (
             existing is not None
             and is_controlled_by(existing, job.metadata.uid)
@@ -147,7 +147,7 @@ class Workers:
             admission.queue,
             admission.topology,
             admission.command,
-            restart=status.restarts,
+            restart=status.attempt,
             suspend=job.spec.suspend or creates_suspended(admission.queue),
             parallelism=size,
             generation=status.workspace_generation,

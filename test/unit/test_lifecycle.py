@@ -116,7 +116,12 @@ CAPPED = Outcome(False, Reason.RETRIABLE_LIMIT, "11 pod failures")
 
 def restarted(restarts: int, by_reason: dict[str, int]) -> dict[str, object]:
     """The changes of a restart: counted in all and by reason (from an empty map here)."""
-    return {"restarts": restarts, "restarts_by_reason": by_reason, "retriable_failures": 0}
+    return {
+        "restarts": restarts,
+        "restarts_by_reason": by_reason,
+        "retriable_failures": 0,
+        "in_place_generation": 0,  # a new worker Job's supervisors start at generation 0
+    }
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,9 @@ pushes what was not accepted yet, retrying for up to `FLUSH_SECONDS` while a sta
 nobody answers, so the controller sees the last step. It never exits on its own: a broken reporter
 must not take the pod down.
 
+When the pod restarts in place (`TORCHRUN_IN_PLACE=1`), a thread links the supervisor and the
+controller (`inplace.py`: its state up, the controller's word down, through the same endpoint).
+
 `stack` (run by `kubectl torchrun stack` through exec: `stack.py`) prints a py-spy dump of every
 Python process of the pod but itself, each line prefixed `[rank R pid P]` (R the process's `RANK`,
 `agent` for torchrun's own process).
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.progress.saved import SCAN_SECONDS, Saved, newest_saved
+from controller.progress.sidecar.inplace import TICK_SECONDS, Watcher, read_state, write_word
 from controller.progress.sidecar.server import Latest, serve_metrics
 from controller.progress.sidecar.stack import dump_all
 from controller.progress.sidecar.tail import Tailer
@@ -48,6 +52,7 @@ MAX_BACKOFF = 30.0
 TIMEOUT = 10.0
 FLUSH_SECONDS = 20.0  # the final push's retries on SIGTERM: well inside the default 120 s grace
 FLUSH_FIRST_PAUSE = 0.2
+MAX_ANSWER = 4096  # bytes of an answer read (the endpoint's are one short JSON line)
 
 
 class Pusher:
@@ -124,14 +129,15 @@ class Pusher:
         return status
 
 
-def https_sender(url: str, token_file: str, ca: str | None) -> Callable[[dict[str, Any]], int]:
-    """POST a body to `url` with the token of `token_file`; the answer's HTTP status (0: none).
-    The endpoint is verified against `ca` when given; else the connection is encrypted only."""
+def https_poster(url: str, token_file: str, ca: str | None) -> Callable[[dict[str, Any]], tuple[int, Any]]:
+    """POST a body to `url` with the token of `token_file`; the answer's HTTP status (0: none)
+    and its JSON (None when it has none). The endpoint is verified against `ca` when given; else
+    the connection is encrypted only."""
     ctx = ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
     if not ca:
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
 
-    def send(body: dict[str, Any]) -> int:
+    def post(body: dict[str, Any]) -> tuple[int, Any]:
         try:
             with open(token_file) as f:
                 token = f.read().strip()
@@ -142,15 +148,25 @@ def https_sender(url: str, token_file: str, ca: str | None) -> Callable[[dict[st
                 method="POST",
             )
             with urllib.request.urlopen(req, context=ctx, timeout=TIMEOUT) as resp:
-                return int(resp.status)
+                raw = resp.read(MAX_ANSWER)
+                try:
+                    return int(resp.status), json.loads(raw)
+                except ValueError:
+                    return int(resp.status), None
         except urllib.error.HTTPError as err:
             _log(f"progress report refused: {err.code} {err.read(512).decode('utf-8', 'replace').strip()}")
-            return int(err.code)
+            return int(err.code), None
         except (OSError, ValueError) as exc:
             _log(f"progress report not delivered: {exc}")
-            return 0
+            return 0, None
 
-    return send
+    return post
+
+
+def https_sender(url: str, token_file: str, ca: str | None) -> Callable[[dict[str, Any]], int]:
+    """`https_poster`'s status alone: what `Pusher` needs."""
+    post = https_poster(url, token_file, ca)
+    return lambda body: post(body)[0]
 
 
 def run(env: dict[str, str], stop: threading.Event) -> None:
@@ -170,6 +186,8 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
             env.get("TORCHRUN_PROGRESS_CA") or None,
         )
         pusher = Pusher(env.get("TORCHRUN_JOB_NAME", ""), sender)
+    if pusher is not None and env.get("TORCHRUN_IN_PLACE") == "1":
+        start_in_place(env, stop)
     # rank 0 tells the newest checkpoint while the job runs (progress/saved.py): the volume is the job's
     checkpoints = env.get("TORCHRUN_CHECKPOINT_DIR") if rank == "0" else None
     scanned = -SCAN_SECONDS
@@ -192,6 +210,33 @@ def run(env: dict[str, str], stop: threading.Event) -> None:
         if checkpoints:  # a save on SIGTERM is the newest: tell it with the last step
             pusher.found(newest_saved(checkpoints), time.monotonic())
         pusher.flush(latest)
+
+
+def start_in_place(env: dict[str, str], stop: threading.Event) -> None:
+    """The in-place link (`inplace.py`) in a daemon thread until `stop`."""
+    post = https_poster(
+        env["TORCHRUN_PROGRESS_URL"],
+        env.get("TORCHRUN_PROGRESS_TOKEN_FILE", "/var/run/secrets/torchrun-progress/token"),
+        env.get("TORCHRUN_PROGRESS_CA") or None,
+    )
+    state_file = env.get("TORCHRUN_SUPERVISOR_FILE", "/var/run/torchrun-progress/supervisor.json")
+    control_file = env.get("TORCHRUN_CONTROL_FILE", "/var/run/torchrun-control/generation.json")
+    watcher = Watcher(
+        env.get("TORCHRUN_JOB_NAME", ""),
+        post,
+        lambda: read_state(state_file),
+        lambda word: write_word(control_file, word),
+    )
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                watcher.tick(time.monotonic())
+            except Exception as exc:
+                _log(f"in-place link: {exc}")
+            stop.wait(TICK_SECONDS)
+
+    threading.Thread(target=loop, name="in-place", daemon=True).start()
 
 
 def _log(message: str) -> None:

@@ -11,8 +11,9 @@ Standard library only. What it offers:
   (`TORCHRUN_RESUME_FROM`: a directory, or a checkpoint file such as Lightning's
   `epoch=0-step=10.ckpt` or a `ckpt_1000.pt`), or None: none yet, or it has disappeared since
   (said on stderr).
-  After torchrun restarted the workers in place (`TORCHELASTIC_RESTART_COUNT` > 0: a rank failed
-  under `--max_restarts`, an elastic job shrank or grew) that choice may be old, so the root is
+  After the workers restarted in place (`TORCHELASTIC_RESTART_COUNT` > 0: a rank failed under
+  torchrun's `--max_restarts`, an elastic job shrank or grew; or `TORCHRUN_IN_PLACE_GENERATION` > 0:
+  the supervisor started a fresh torchrun, `torchrun_supervisor.py`) that choice may be old, so the root is
   scanned again with the controller's own rules (`torchrun_checkpoint_discovery`, copied here by
   `prepare`);
 - `mark_complete(path)`: after every rank has written `path`, rank 0 calls this; only then does the
@@ -49,6 +50,7 @@ ENV_STOP_SIGNAL = "TORCHRUN_STOP_SIGNAL"
 MARKER = ".torchrun_complete"
 STARTED = ".torchrun_started"  # discovery.STARTED: this directory was handed out by path_for
 ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+ENV_GENERATION = "TORCHRUN_IN_PLACE_GENERATION"  # torchrun_supervisor.ENV_GENERATION
 DISCOVERY = "torchrun_checkpoint_discovery"  # controller/checkpoint/discovery.py, copied by prepare
 
 _stop = threading.Event()
@@ -144,9 +146,12 @@ class StopVote:
 
 
 def _restarted_in_place() -> bool:
-    """torchrun restarted this node's workers (TORCHELASTIC_RESTART_COUNT, set by torchrun)."""
-    value = os.environ.get(ENV_RESTART_COUNT, "0")
-    return value.isdigit() and int(value) > 0
+    """torchrun restarted this node's workers (TORCHELASTIC_RESTART_COUNT, set by torchrun), or
+    the supervisor started a later generation (TORCHRUN_IN_PLACE_GENERATION)."""
+    return any(
+        (value := os.environ.get(name, "0")).isdigit() and int(value) > 0
+        for name in (ENV_RESTART_COUNT, ENV_GENERATION)
+    )
 
 
 def attempt() -> int:

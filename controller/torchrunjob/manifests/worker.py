@@ -10,7 +10,8 @@ from `failurePolicy`; the scheduler's fields (`scheduling.scheduler_fields`), th
 checkpoints' environment, resume choice and grace period (`checkpoint.worker_checkpoint`), the
 size (`parallelism`: an elastic job's current size, completions stay `maxNodes`), the whole-job
 restart it belongs to and the workspace generation in use (annotations), whether it starts
-suspended, and the progress reporter sidecar (`progress.with_reporter`). The pod asks for the
+suspended, the progress reporter sidecar (`progress.with_reporter`) and, for a job that restarts in
+place, the supervisor's files (`inplace.with_in_place`). The pod asks for the
 queue's `nodeResources` in all (`worker_requests`): what the controller's own containers request
 comes out of the training container's share (`podresources.share_node`). Every container runs
 with no privilege escalation and no capability, the pod with the RuntimeDefault seccomp profile,
@@ -50,6 +51,7 @@ from controller.torchrunjob.manifests.common import (
     worker_pod_security_context,
     working_dir_of,
 )
+from controller.torchrunjob.manifests.inplace import in_place_on, with_in_place
 from controller.torchrunjob.manifests.launch import ParsedCommand, torchrun_args
 from controller.torchrunjob.manifests.podresources import share_node
 from controller.torchrunjob.manifests.progress import ReporterSettings, with_reporter
@@ -265,9 +267,10 @@ def build_worker_job(
     shm = str(queue.spec.storage.shm_size_per_gpu * topo.gpu_slots_per_node)
     container = _container(job, queue, topo, parsed, cluster_domain, tools, checkpoint)
     pod = _pod_spec(job, queue, container, storage, tools, checkpoint, sched, shm)
-    pod = with_reporter(
-        pod, job, queue, image=image, settings=reporter or ReporterSettings(), container=CONTAINER
-    )
+    reporter = reporter or ReporterSettings()
+    pod = with_reporter(pod, job, queue, image=image, settings=reporter, container=CONTAINER)
+    if in_place_on(job, reporter):
+        pod = with_in_place(pod, job, CONTAINER)
     shape = {name: Quantity.parse(amount) for name, amount in worker_requests(queue, topo).items()}
     pod = share_node(pod, shape, CONTAINER)
     return {

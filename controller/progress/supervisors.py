@@ -1,0 +1,95 @@
+"""The leader's memory of the in-place supervisors, and the word each is answered (pure, no I/O).
+
+`SupervisorStates` keeps, per job, the latest state each rank's supervisor told through its
+sidecar (`sidecar/inplace.py`: generation, running/failed/..., torchrun's exit code) and when it
+arrived — for the current attempt only (a report from another worker Job replaces the entry) and
+at most `MAX_RANKS` ranks. `tell` answers True when the state changed: the endpoint enqueues the
+job then (states change a few times per restart, so a 256-node restart is 256 enqueues that the
+workqueue folds into one pass). Thread-safe: the endpoint's threads write, the reconcilers read.
+
+`word(job, worker_job, attempt_uid)` is what the endpoint answers a supervisor: the generation
+every pod of the job's current attempt should run (`status.inPlaceGeneration`), `final` when that
+pod's attempt is over — the job finished, or the pod's worker Job is not the current attempt's
+(a whole-job restart replaced it) — so a failed supervisor ends its pod instead of waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from controller.api.labels import RESTART_ANNOTATION
+from controller.progress.sidecar.inplace import State
+
+MAX_RANKS = 4096
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Told:
+    """A rank's supervisor state and when it arrived."""
+
+    state: State
+    at: datetime
+
+
+@dataclass
+class _Entry:
+    attempt: str  # the worker Job's UID
+    ranks: dict[int, Told] = field(default_factory=dict)
+
+
+class SupervisorStates:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+
+    def tell(self, key: str, *, attempt: str, rank: int, state: State, now: datetime) -> bool:
+        """Keep rank `rank`'s `state`; True when it changed (module doc)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.attempt != attempt:
+                entry = self._entries[key] = _Entry(attempt)
+            previous = entry.ranks.get(rank)
+            if previous is None and len(entry.ranks) >= MAX_RANKS:
+                return False
+            entry.ranks[rank] = Told(
+                state, now if previous is None or previous.state != state else previous.at
+            )
+            return previous is None or previous.state != state
+
+    def view(self, key: str, attempt: str) -> dict[int, Told]:
+        """A copy of the states of `key`'s ranks in worker Job `attempt` (empty: none told)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return dict(entry.ranks) if entry is not None and entry.attempt == attempt else {}
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+
+def _finished(status: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") in FINISHED and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def word(job: Mapping[str, Any], worker_job: Mapping[str, Any] | None, attempt_uid: str) -> dict[str, Any]:
+    """The answer to a supervisor of worker Job `attempt_uid` (module doc)."""
+    status = job.get("status") or {}
+    attempt = _int(status.get("restarts")) - _int(status.get("inPlaceRestarts"))
+    current = (
+        worker_job is not None
+        and worker_job["metadata"].get("uid") == attempt_uid
+        and (worker_job["metadata"].get("annotations") or {}).get(RESTART_ANNOTATION, "0") == str(attempt)
+    )
+    generation = _int(status.get("inPlaceGeneration")) if current else 0
+    return {"generation": generation, "final": _finished(status) or not current}

@@ -1,0 +1,339 @@
+"""The in-place restart supervisor: torchrun's parent in a worker pod (docs/design/recovery.md).
+
+`launch` runs `python torchrun_supervisor.py torchrun <args>` instead of `exec`ing torchrun when
+the job restarts in place (`TORCHRUN_IN_PLACE=1`, set by the controller with
+`failurePolicy.restartMode: InPlace`); otherwise it is never started. Standard library only at
+import time (torch only on node rank 0, to host the rendezvous store: below). What it guarantees:
+
+- **One generation at a time.** Every torchrun it starts runs generation G of the attempt: a fresh
+  torchrun, its rendezvous id `<id>` for G = 0 and `<id>-<G>` after, and `TORCHRUN_IN_PLACE_GENERATION=G`
+  in its environment (the checkpoint helper and the framework hooks rescan the checkpoint root
+  when G > 0: `torchrun_checkpoint.resume_from`). G comes from the controller only: the reporter
+  sidecar writes the controller's word to `TORCHRUN_CONTROL_FILE` (`{"generation": G, "final":
+  bool}`) and the supervisor reads it; a fresh pod waits for the first word before its first
+  start (so a pod that replaced another joins the generation the others are in).
+- **It tells what happened.** `TORCHRUN_SUPERVISOR_FILE` (in the progress volume, read by the
+  sidecar) holds `{"generation": G, "state": "waiting"|"running"|"failed"|"succeeded",
+  "exitCode": C}`, replaced whole (write, then rename).
+- **A failure waits for the controller.** torchrun exiting 0 ends the container with 0. An exit
+  code in `TORCHRUN_PERMANENT_EXIT_CODES` ends it with that code at once (the worker Job's
+  podFailurePolicy fails the job, as without the supervisor). Any other code is reported
+  `failed` and the supervisor waits for the controller: a newer generation restarts torchrun;
+  `final` (no in-place restart left) or no word within `TORCHRUN_DECISION_SECONDS` (120) ends the
+  container with the code, and the recreate path takes over.
+- **A newer generation restarts what runs.** When the word names a generation above the one
+  running (another pod failed, a stall, a hot reload), torchrun gets SIGTERM (it stops its
+  workers), SIGKILL after `TORCHRUN_KILL_AFTER_SECONDS` (10), and then every process left under the supervisor
+  (it is their child subreaper, so none escapes by daemonizing) gets SIGKILL, before the next
+  torchrun starts.
+- **The pod's stop is torchrun's.** SIGTERM to the supervisor is forwarded to torchrun, and the
+  container ends with torchrun's code.
+- **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
+  the rendezvous' TCPStore on the rendezvous port itself (torch's c10d backend then connects to
+  it as a client: `_create_tcp_store` falls back when the port is taken), so a restarted torchrun
+  on another node never reaches a store that is about to die with the old torchrun; each
+  generation's keys live under its own rendezvous id. If torch cannot host it, torchrun does, as
+  before (said on stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from typing import Any
+
+ENV_ON = "TORCHRUN_IN_PLACE"
+ENV_GENERATION = "TORCHRUN_IN_PLACE_GENERATION"
+ENV_CONTROL = "TORCHRUN_CONTROL_FILE"
+ENV_STATE = "TORCHRUN_SUPERVISOR_FILE"
+ENV_PERMANENT = "TORCHRUN_PERMANENT_EXIT_CODES"
+ENV_DECISION = "TORCHRUN_DECISION_SECONDS"
+ENV_KILL_AFTER = "TORCHRUN_KILL_AFTER_SECONDS"
+DEFAULT_CONTROL = "/var/run/torchrun-control/generation.json"
+DEFAULT_STATE = "/var/run/torchrun-progress/supervisor.json"
+POLL = 0.1
+KILL_AFTER = 10.0
+DECISION_SECONDS = 120.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class Word:
+    """The controller's latest word as the sidecar wrote it: a generation and whether failures
+    may still restart in place (`final`: no)."""
+
+    def __init__(self, generation: int, final: bool) -> None:
+        self.generation, self.final = generation, final
+
+
+def read_word(path: str) -> Word | None:
+    """The control file's word, or None while there is none (or it is being replaced)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        generation = data["generation"]
+        if not isinstance(generation, int) or generation < 0:
+            return None
+        return Word(generation, bool(data.get("final")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_state(path: str, generation: int, state: str, exit_code: int | None = None) -> None:
+    """Replace the state file whole (module doc); a failure to write is said, never raised."""
+    body = {"generation": generation, "state": state, "exitCode": exit_code, "pid": os.getpid()}
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".supervisor-", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "w") as out:
+            json.dump(body, out)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _say(f"cannot write {path}: {exc}")
+
+
+def with_generation(args: list[str], generation: int) -> list[str]:
+    """torchrun's arguments with the rendezvous id of `generation` (module doc); the first
+    `--rdzv_id`/`--rdzv-id` is the one changed, in either spelling (`=` or a separate value)."""
+    if generation == 0:
+        return list(args)
+    out = list(args)
+    for i, arg in enumerate(out):
+        for flag in ("--rdzv_id", "--rdzv-id"):
+            if arg.startswith(flag + "="):
+                out[i] = f"{arg}-{generation}"
+                return out
+            if arg == flag and i + 1 < len(out):
+                out[i + 1] = f"{out[i + 1]}-{generation}"
+                return out
+    return out
+
+
+def _rdzv(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        for flag in (f"--{name}", f"--{name.replace('_', '-')}"):
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def host_store(args: list[str], env: dict[str, str]) -> Any:
+    """On node rank 0 with the c10d rendezvous, a TCPStore on the rendezvous port (module doc);
+    None elsewhere or when torch cannot host it."""
+    backend = _rdzv(args, "rdzv_backend") or env.get("PET_RDZV_BACKEND", "")
+    endpoint = _rdzv(args, "rdzv_endpoint") or env.get("PET_RDZV_ENDPOINT", "")
+    if env.get("PET_NODE_RANK", env.get("JOB_COMPLETION_INDEX")) != "0" or backend != "c10d":
+        return None
+    host, _, port = endpoint.rpartition(":")
+    if not port.isdigit():
+        return None
+    try:
+        dist: Any = importlib.import_module("torch.distributed")  # torch only here, on node rank 0
+        return dist.TCPStore(
+            host,
+            int(port),
+            is_master=True,
+            wait_for_workers=False,
+            multi_tenant=True,
+            timeout=timedelta(seconds=60),
+        )
+    except Exception as exc:
+        _say(f"cannot host the rendezvous store on port {port} ({exc}); torchrun will")
+        return None
+
+
+class Supervisor:
+    """The loop of the module doc; `argv` is torchrun's command line (`torchrun <args>`)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv, self.env = argv, env
+        self.control = env.get(ENV_CONTROL) or DEFAULT_CONTROL
+        self.state = env.get(ENV_STATE) or DEFAULT_STATE
+        codes = (env.get(ENV_PERMANENT) or "").replace(",", " ").split()
+        self.permanent = {int(c) for c in codes if c.isdigit()}
+        self.decision = float(env.get(ENV_DECISION) or DECISION_SECONDS)
+        self.kill_after = float(env.get(ENV_KILL_AFTER) or KILL_AFTER)
+        self.stopping = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def on_term(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        if self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(OSError):
+                self.child.send_signal(signal.SIGTERM)
+
+    def first_word(self) -> Word | None:
+        """Wait for the controller's word (module doc); None when the pod is stopped first."""
+        write_state(self.state, 0, "waiting")
+        said = time.monotonic()
+        while not self.stopping:
+            word = read_word(self.control)
+            if word is not None:
+                return word
+            if time.monotonic() - said > 30:
+                _say("still waiting for the controller's word (the reporter sidecar writes it)")
+                said = time.monotonic()
+            time.sleep(POLL)
+        return None
+
+    def start(self, generation: int) -> subprocess.Popen[bytes]:
+        env = dict(self.env)
+        env[ENV_GENERATION] = str(generation)
+        argv = [self.argv[0], *with_generation(self.argv[1:], generation)]
+        _say(f"generation {generation}: starting {' '.join(argv[:1] + argv[1:8])} ...")
+        child = subprocess.Popen(argv, env=env)
+        write_state(self.state, generation, "running")
+        return child
+
+    def stop_child(self, child: subprocess.Popen[bytes]) -> None:
+        """SIGTERM, SIGKILL after `kill_after` seconds, then SIGKILL to every process left under us."""
+        with contextlib.suppress(OSError):
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(self.kill_after)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                child.kill()
+            child.wait()
+        kill_descendants()
+
+    def run(self) -> int:
+        word = self.first_word()
+        if word is None:
+            return 143
+        if word.final:  # this pod's attempt is over (a whole-job restart replaced it, or the job ended)
+            _say("the controller says this attempt is over: torchrun is not started")
+            return 143
+        generation = word.generation
+        while True:
+            self.child = child = self.start(generation)
+            newer = None
+            while (code := child.poll()) is None:
+                word = read_word(self.control)
+                if not self.stopping and word is not None and word.generation > generation:
+                    newer = word.generation
+                    _say(f"generation {newer} asked: stopping generation {generation}")
+                    self.stop_child(child)
+                    break
+                time.sleep(POLL)
+            reap()
+            if newer is not None:
+                generation = newer
+                continue
+            assert code is not None
+            if code == 0 or self.stopping:
+                write_state(self.state, generation, "succeeded" if code == 0 else "stopped", code)
+                return code if code >= 0 else 128 - code
+            code = code if code > 0 else 128 - code
+            kill_descendants()
+            if code in self.permanent:
+                write_state(self.state, generation, "failed", code)
+                _say(f"torchrun exited {code}, a permanent exit code: the pod fails")
+                return code
+            write_state(self.state, generation, "failed", code)
+            _say(f"torchrun exited {code} in generation {generation}: waiting for the controller")
+            chosen = self.await_decision(generation)
+            if chosen is None:
+                return code
+            generation = chosen
+
+    def await_decision(self, generation: int) -> int | None:
+        """After a failure of `generation`: the generation to run next, or None to end."""
+        deadline = time.monotonic() + self.decision
+        while not self.stopping and time.monotonic() < deadline:
+            word = read_word(self.control)
+            if word is not None and word.generation > generation:
+                return word.generation
+            if word is not None and word.final:
+                _say("the controller restarts no more in place: the pod fails")
+                return None
+            time.sleep(POLL)
+        if not self.stopping:
+            _say(f"no word from the controller in {self.decision:.0f}s: the pod fails")
+        return None
+
+
+def reap() -> None:
+    """Collect every exited child (as a subreaper, orphans are ours to wait for)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process under the supervisor, until none is left (bounded: 5 s)."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        pending, seen = [os.getpid()], []
+        while pending:
+            for child in _children(pending.pop()):
+                seen.append(child)
+                pending.append(child)
+        if not seen:
+            return
+        for pid in seen:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+        reap()
+
+
+def _subreaper() -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _say(message: str) -> None:
+    print(f"torchrun-supervisor: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        _say("usage: torchrun_supervisor.py torchrun <args>")
+        return 2
+    env = dict(os.environ)
+    if env.get(ENV_ON) != "1":
+        os.execvp(argv[0], argv)
+    _subreaper()
+    supervisor = Supervisor(argv, env)
+    signal.signal(signal.SIGTERM, supervisor.on_term)
+    store = host_store(argv[1:], env)
+    try:
+        return supervisor.run()
+    finally:
+        del store
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

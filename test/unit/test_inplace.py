@@ -1,0 +1,296 @@
+"""Restarts in place without a cluster: the supervisor run as the pod runs it (a real process,
+real signals, a stand-in torchrun that records what it was started with), the sidecar's link (a
+table of ticks), the word the endpoint answers, and the controller's decision (a table). The real
+node proves the whole path with torch (test/e2e/test_realnode.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testbed import wait_until
+
+from controller.api import TorchrunJobStatus
+from controller.progress.sidecar.inplace import (
+    FAST_SECONDS,
+    RETRY_SECONDS,
+    WATCH_SECONDS,
+    State,
+    Watcher,
+    parse_state,
+)
+from controller.progress.supervisors import SupervisorStates, Told, word
+from controller.torchrunjob.inplace import failure_of, restart
+
+SUPERVISOR = Path(__file__).parents[2] / "controller" / "tools" / "python" / "torchrun_supervisor.py"
+sys.path.insert(0, str(SUPERVISOR.parent))
+import torchrun_supervisor  # noqa: E402
+
+# a stand-in torchrun: appends what it was started with to $LOG, then does what $PLAN says for
+# its generation (exit N, or "hang": sleep, ignoring SIGTERM, with a daemonized grandchild)
+FAKE_TORCHRUN = r"""
+import json, os, signal, subprocess, sys, time
+gen = os.environ["TORCHRUN_IN_PLACE_GENERATION"]
+with open(os.environ["LOG"], "a") as f:
+    f.write(json.dumps({"gen": gen, "args": sys.argv[1:], "pid": os.getpid()}) + "\n")
+plan = json.loads(os.environ["PLAN"]).get(gen, 0)
+if plan == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    with open(os.environ["LOG"] + ".grandchild", "w") as f:
+        f.write(str(child.pid))
+    time.sleep(600)
+sys.exit(plan)
+"""
+
+
+class Pod:
+    """The supervisor in a process of its own, its control and state files in `tmp`."""
+
+    def __init__(self, tmp: Path, plan: dict[str, Any], permanent: str = "") -> None:
+        self.tmp = tmp
+        (tmp / "torchrun").write_text(FAKE_TORCHRUN)
+        self.control, self.state, self.log = tmp / "generation.json", tmp / "supervisor.json", tmp / "log"
+        env = {
+            **os.environ,
+            "TORCHRUN_IN_PLACE": "1",
+            "TORCHRUN_CONTROL_FILE": str(self.control),
+            "TORCHRUN_SUPERVISOR_FILE": str(self.state),
+            "TORCHRUN_PERMANENT_EXIT_CODES": permanent,
+            "TORCHRUN_DECISION_SECONDS": "5",
+            "TORCHRUN_KILL_AFTER_SECONDS": "1",
+            "PET_NODE_RANK": "1",  # not rank 0: no store to host (and no torch here)
+            "LOG": str(self.log),
+            "PLAN": json.dumps(plan),
+        }
+        argv = [sys.executable, str(tmp / "torchrun"), "--nnodes=2", "--rdzv_id=uid-1", "train.py"]
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SUPERVISOR), *argv], env=env, stderr=subprocess.PIPE
+        )
+
+    def say(self, generation: int, final: bool = False) -> None:
+        tmp = self.tmp / "word.tmp"
+        tmp.write_text(json.dumps({"generation": generation, "final": final}))
+        tmp.rename(self.control)
+
+    def told(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.state.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def starts(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
+
+    def wait(self) -> int:
+        return self.proc.wait(30)
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[list[Pod]]:
+    made: list[Pod] = []
+    yield made
+    for pod in made:
+        if pod.proc.poll() is None:
+            pod.proc.kill()
+            pod.proc.wait()
+
+
+def test_with_generation_changes_only_the_rendezvous_id() -> None:
+    args = ["--nnodes=2", "--rdzv_id=abc", "train.py", "--rdzv_id=user"]
+    assert torchrun_supervisor.with_generation(args, 0) == args
+    assert torchrun_supervisor.with_generation(args, 3) == [
+        "--nnodes=2",
+        "--rdzv_id=abc-3",
+        "train.py",
+        "--rdzv_id=user",
+    ]
+    assert torchrun_supervisor.with_generation(["--rdzv-id", "x", "t.py"], 2) == ["--rdzv-id", "x-2", "t.py"]
+
+
+def test_a_failure_waits_for_the_word_and_the_next_generation_starts_fresh(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    pod = Pod(tmp_path, {"0": 3, "1": 0})
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    assert pod.starts() == []  # nothing starts before the controller names the generation
+    pod.say(0)
+    wait_until(lambda: pod.told().get("state") == "failed", timeout=10)
+    assert pod.told() | {"pid": 0} == {"generation": 0, "state": "failed", "exitCode": 3, "pid": 0}
+    time.sleep(0.5)
+    assert pod.proc.poll() is None  # it waits for the controller
+    pod.say(1)
+    assert pod.wait() == 0
+    starts = pod.starts()
+    assert [s["gen"] for s in starts] == ["0", "1"]
+    assert "--rdzv_id=uid-1" in starts[0]["args"] and "--rdzv_id=uid-1-1" in starts[1]["args"]
+    assert pod.told()["state"] == "succeeded"
+
+
+def test_a_permanent_code_ends_the_pod_at_once_and_final_or_silence_ends_it_with_the_code(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
+    permanent = Pod(tmp_path / "a", {"0": 42}, permanent="42 43")
+    final = Pod(tmp_path / "b", {"0": 5})
+    silent = Pod(tmp_path / "c", {"0": 6})
+    pods.extend([permanent, final, silent])
+    for pod in pods:
+        wait_until(lambda pod=pod: pod.told().get("state") == "waiting", timeout=10)
+        pod.say(0)
+    assert permanent.wait() == 42
+    wait_until(lambda: final.told().get("state") == "failed", timeout=10)
+    final.say(0, final=True)
+    assert final.wait() == 5
+    started = time.monotonic()
+    assert silent.wait() == 6  # TORCHRUN_DECISION_SECONDS=5 without a word
+    assert time.monotonic() - started > 2
+    assert b"no word from the controller" in silent.proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_a_newer_generation_stops_a_hung_torchrun_and_everything_under_it(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    pod = Pod(tmp_path, {"0": "hang", "1": 0})
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.say(0)
+    grandchild_file = Path(str(pod.log) + ".grandchild")
+    wait_until(grandchild_file.exists, timeout=10)
+    grandchild = int(grandchild_file.read_text())
+    pod.say(1)  # another rank failed, or the controller asked: generation 1
+    assert pod.wait() == 0  # SIGTERM ignored: SIGKILL after KILL_AFTER, then generation 1 ran
+    assert [s["gen"] for s in pod.starts()] == ["0", "1"]
+    assert (
+        not Path(f"/proc/{grandchild}").exists()
+        or "Z" in Path(f"/proc/{grandchild}/stat").read_text().split()[2]
+    )
+
+
+def test_sigterm_is_torchruns(tmp_path: Path, pods: list[Pod]) -> None:
+    pod = Pod(tmp_path, {"0": "hang"})
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.proc.terminate()  # the kubelet stops a pod still waiting for its word
+    assert pod.wait() == 143
+
+
+class Link:
+    def __init__(self, answers: list[tuple[int, Any]]) -> None:
+        self.answers, self.sent, self.written = answers, [], []  # type: ignore[var-annotated]
+        self.state: State | None = None
+        self.watcher = Watcher(
+            "job", self.send, lambda: self.state, lambda w: (self.written.append(w), True)[1]
+        )
+
+    def send(self, body: dict[str, Any]) -> tuple[int, Any]:
+        self.sent.append(body)
+        return self.answers[0]
+
+
+def test_the_link_posts_changes_at_once_polls_fast_while_waiting_and_writes_each_new_word() -> None:
+    link = Link([(200, {"inPlace": {"generation": 0, "final": False}})])
+    link.state = State(0, "waiting", None)
+    assert link.watcher.tick(0.0) == 200 and link.written == [{"generation": 0, "final": False}]
+    link.state = State(0, "running", None)
+    assert link.watcher.tick(0.1) == 200  # a change: at once
+    assert link.watcher.tick(0.2) is None
+    assert link.watcher.tick(0.1 + WATCH_SECONDS) == 200  # healthy: every WATCH_SECONDS
+    assert len(link.written) == 1  # the same word is not written again
+    link.state = State(0, "failed", 1)
+    assert link.watcher.tick(3.0) == 200
+    assert link.watcher.tick(3.0 + FAST_SECONDS) == 200  # waiting for a word: fast
+    link.answers[0] = (200, {"inPlace": {"generation": 1, "final": False}})
+    assert link.watcher.tick(3.0 + 2 * FAST_SECONDS) == 200
+    assert link.written[-1] == {"generation": 1, "final": False}
+    assert link.sent[-1] == {"job": "job", "inPlace": {"generation": 0, "state": "failed", "exitCode": 1}}
+    link.answers[0] = (503, None)
+    link.state = State(1, "running", None)
+    assert link.watcher.tick(10.0) == 503
+    assert link.watcher.tick(10.0 + RETRY_SECONDS / 2) is None  # a change waits for the retry
+    assert link.watcher.tick(10.0 + RETRY_SECONDS) == 503
+
+
+def test_states_are_parsed_strictly() -> None:
+    assert parse_state({"generation": 2, "state": "failed", "exitCode": 1}) == State(2, "failed", 1)
+    for bad in (
+        {"generation": -1, "state": "running"},
+        {"generation": 1, "state": "x"},
+        {"generation": True, "state": "running"},
+        {"generation": 1, "state": "failed", "exitCode": 999},
+        [],
+        None,
+    ):
+        assert parse_state(bad) is None
+
+
+def _job(restarts: int, in_place: int, generation: int, finished: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Failed", "status": "True"}] if finished else []
+    return {
+        "status": {
+            "restarts": restarts,
+            "inPlaceRestarts": in_place,
+            "inPlaceGeneration": generation,
+            "conditions": conditions,
+        }
+    }
+
+
+def _worker_job(uid: str, restart: int) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "annotations": {"torchrun.ai/restart": str(restart)}}}
+
+
+def test_the_word_names_the_current_attempts_generation_and_ends_an_old_attempt() -> None:
+    assert word(_job(3, 2, 5), _worker_job("w", 1), "w") == {"generation": 5, "final": False}
+    assert word(_job(3, 2, 5), _worker_job("w", 0), "w") == {"generation": 0, "final": True}  # old attempt
+    assert word(_job(3, 2, 5), _worker_job("new", 1), "w") == {"generation": 0, "final": True}  # replaced
+    assert word(_job(3, 2, 5, finished=True), _worker_job("w", 1), "w")["final"] is True
+
+
+def test_supervisor_states_tell_changes_and_keep_one_attempt() -> None:
+    states, now = SupervisorStates(), datetime(2026, 1, 1, tzinfo=UTC)
+    assert states.tell("ns/j", attempt="a", rank=0, state=State(0, "running", None), now=now)
+    assert not states.tell("ns/j", attempt="a", rank=0, state=State(0, "running", None), now=now)
+    assert states.tell("ns/j", attempt="b", rank=1, state=State(0, "running", None), now=now)
+    assert list(states.view("ns/j", "b")) == [1] and states.view("ns/j", "a") == {}
+
+
+def test_restart_in_place_counts_once_by_its_code() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    told = {
+        0: Told(State(2, "failed", 1), now),
+        1: Told(State(2, "failed", 7), now),
+        2: Told(State(1, "failed", 9), now),  # an older generation: answered already
+        3: Told(State(2, "running", None), now),
+    }
+    failure = failure_of(told, 2)
+    assert failure is not None and failure.ranks == (0, 1) and failure.exit_code == 1
+    assert failure_of(told, 3) is None  # the restart was decided: the same failure is not counted again
+    status = TorchrunJobStatus(restarts=1, in_place_restarts=1, in_place_generation=2)
+    decided = restart(failure, status, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0)
+    assert decided is not None and decided.stop
+    assert decided.changes == {
+        "in_place_generation": 3,
+        "restarts": 2,
+        "in_place_restarts": 2,
+        "restarts_by_reason": {"WorkersFailed": 1},
+    }
+    assert "restart 2 of 3, in place (generation 3)" in decided.conditions[0].message
+    retriable = restart(failure, status, limit=3, retriable_codes=(1,), retriable_cap=2, retriable_failures=1)
+    assert retriable is not None and retriable.changes == {"in_place_generation": 3, "retriable_failures": 2}
+    over_cap = restart(failure, status, limit=3, retriable_codes=(1,), retriable_cap=1, retriable_failures=1)
+    assert over_cap is not None and over_cap.changes["restarts"] == 2  # past the cap: a counted restart
+    spent = TorchrunJobStatus(restarts=3, in_place_restarts=1, in_place_generation=2)
+    assert (
+        restart(failure, spent, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0) is None
+    )
+    assert failure.outcome().reason == "WorkersFailed"
