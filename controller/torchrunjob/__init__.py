@@ -8,8 +8,8 @@
   PodGroup), `kueue` (the Kueue Workload's `spec.active` follows suspend), `pod_admission` (would
   the namespace admit the workers: a dry run), `workers` (the worker Job of the attempt),
   `elastic`, `evictions`, `actions` (what a lifecycle decision asks), `start_evidence` (what
-  `starting` reads), `progress` (the reports → `status.progress`, `Progressing`, a stall), `inplace` (a failure the
-  supervisors told → a restart in place);
+  `starting` reads), `progress` (the reports → `status.progress`, `Progressing`, a stall),
+  `inplace` (a failure the supervisors told → a restart in place);
 - the pure decisions: `admission` (may the job run on its queue), `lifecycle` (deadline, TTL,
   finished, restart or fail), `status`, `starting` (why workers do not run yet), `checkpoints`
   (`status.checkpoint`), `goodput` (the `status.goodput` ledger folded at each status write);
