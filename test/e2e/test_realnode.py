@@ -1013,6 +1013,143 @@ if IN_PLACE_RUNS:
         )
     )
 
+# -- restarts in place (failurePolicy.restartMode: InPlace: the supervisor, issue 33) -----------
+
+IN_PLACE_RESTART_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RESTART_RUNS", "2"))
+RESTART_SECONDS: dict[str, list[float]] = {"InPlace": [], "Recreate": []}
+CRASH_LINE = "rank 1 fails on purpose after step 9"
+
+
+def _log_time(stamp: str) -> datetime:
+    """A `kubectl logs --timestamps` time (RFC 3339, nanoseconds, trailing zeros trimmed)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00")
+
+
+class TimedLogs:
+    """Every worker pod's torchrun log with the runtime's timestamps, the longest seen per pod UID,
+    collected while the pods exist (a recreate deletes them and their logs)."""
+
+    def __init__(self, cluster: Cluster, ns: str, job: str) -> None:
+        self.cluster, self.ns, self.job = cluster, ns, job
+        self.text: dict[str, str] = {}
+
+    def poll(self) -> set[str]:
+        """Read every worker pod's log again; the UIDs of the pods seen."""
+        seen = set()
+        for pod in pods(self.cluster, self.ns, self.job, "worker"):
+            uid = pod["metadata"]["uid"]
+            seen.add(uid)
+            got = self.cluster.kubectl(
+                "logs", "--timestamps", "-n", self.ns, pod["metadata"]["name"], "-c", "torchrun", check=False
+            )
+            if got.returncode == 0 and len(got.stdout) > len(self.text.get(uid, "")):
+                self.text[uid] = got.stdout
+        return seen
+
+    def lines(self) -> list[tuple[datetime, str]]:
+        """(time, text) of every line of every pod, in time order."""
+        out = []
+        for text in self.text.values():
+            for line in text.splitlines():
+                stamp, _, rest = line.partition(" ")
+                if stamp[:4].isdigit():
+                    out.append((_log_time(stamp), rest))
+        return sorted(out)
+
+    def recovery_seconds(self) -> float:
+        """From the crash (rank 1's last words) to the first step a rank trained after the resume
+        (the first step-9 loss after a rank said it resumed: rank 0 may print the crashed run's
+        step 9 after rank 1's last words)."""
+        lines = self.lines()
+        crash = next(t for t, text in lines if CRASH_LINE in text)
+        resume = next(t for t, text in lines if t > crash and text.startswith("resumed from step 8 "))
+        trained = next(t for t, text in lines if t >= resume and re.match(r"loss rank=\d+ step=9 ", text))
+        return (trained - crash).total_seconds()
+
+
+def crash_job(
+    real: RealNode, namespace: str, log: Path, tmp_path: Path, name: str, mode: str
+) -> tuple[dict[str, Any], TimedLogs, set[str]]:
+    """`train_checkpoint.py`, 16 steps of 0.5 s on 2 nodes, a checkpoint every 4 steps; rank 1 exits
+    1 after step 9 of its first workers; `maxRestarts: 1` in restart mode `mode`. Returns the final
+    status, the pods' timed logs and every worker pod UID seen."""
+    queue = checkpoint_queue(real, f"rc-{namespace}", keep=20)
+    command = (
+        "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
+    )
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": command,
+        "failurePolicy": {"maxRestarts": 1, "restartMode": mode},
+    }
+    submit(real, namespace, log, tmp_path, TRAIN_CHECKPOINT, name, spec)
+    logs, seen = TimedLogs(real.cluster, namespace, name), set()
+
+    def done() -> dict[str, Any] | None:
+        seen.update(logs.poll())
+        st = job_status(real.cluster, namespace, name)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    try:
+        final = wait_until(done, 420, interval=0.5, message=f"{name} finished")
+    except AssertionError as e:
+        said = f"{job_status(real.cluster, namespace, name)}\n{diagnose(real.cluster, namespace, name)}"
+        raise AssertionError(f"{said}\n{log.read_text()[-4000:]}") from e
+    return final, logs, seen
+
+
+@pytest.mark.parametrize("run", range(IN_PLACE_RESTART_RUNS))
+def test_a_crashed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_the_newest_checkpoint(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path, run: int
+) -> None:
+    """`restartMode: InPlace`: rank 1 exits 1 after step 9 → both supervisors tell the failure →
+    the controller names generation 1 → each pod starts a fresh torchrun (rendezvous `<uid>-1`,
+    the store hosted by node 0's supervisor) → both ranks resume from step-8, saved after the pods
+    started (the helper scans again in generation 1), in the same two pods; the restart is counted
+    once, in place, by its reason; step 9's loss is trained again exactly."""
+    cluster = real.cluster
+    final, logs, seen = crash_job(real, namespace, progress_controller, tmp_path, "ipr", "InPlace")
+    why = f"{final}\n{diagnose(cluster, namespace, 'ipr')}\n{progress_controller.read_text()[-3000:]}"
+    assert final["phase"] == "Succeeded", why
+    counted = (final.get("restarts"), final.get("inPlaceRestarts"), final.get("inPlaceGeneration"))
+    assert counted == (1, 1, 1) and final.get("restartsByReason") == {"WorkersFailed": 1}, why
+    assert len(seen) == 2, (seen, why)  # the same two pods throughout: nothing recreated
+    texts = "\n".join(text for _, text in logs.lines())
+    assert texts.count("resumed from step 8 (/checkpoints/step-8) attempt=0 in-place=1") == 2, texts
+    for rank in (0, 1):
+        nine = re.findall(rf"^loss rank={rank} step=9 value=(\S+)$", texts, re.MULTILINE)
+        assert len(nine) == 2 and nine[0] == nine[1], (rank, nine)  # step 9 again, from the same state
+    assert "done step=16" in texts
+    said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=ipr")["items"]
+    restarted = [e["message"] for e in said if e["reason"] == "RestartedInPlace"]
+    assert any("restart 1 of 1, in place (generation 1)" in m for m in restarted), restarted
+    RESTART_SECONDS["InPlace"].append(logs.recovery_seconds())
+
+
+def test_the_recreate_path_recovers_from_the_same_crash_measured_beside_it(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
+) -> None:
+    """The same crash under `restartMode: Recreate` (the default): a new worker Job, four pods in
+    all, both ranks resume from step-8. The time from the crash to the first step after the resume
+    is printed beside the in-place runs' of this session (hack/bench/in_place_restart.py)."""
+    final, logs, seen = crash_job(real, namespace, progress_controller, tmp_path, "rcr", "Recreate")
+    why = f"{final}\n{diagnose(real.cluster, namespace, 'rcr')}"
+    assert final["phase"] == "Succeeded" and final.get("restarts") == 1, why
+    assert not final.get("inPlaceRestarts") and len(seen) == 4, (seen, why)
+    RESTART_SECONDS["Recreate"].append(logs.recovery_seconds())
+    in_place = RESTART_SECONDS["InPlace"]
+    line = f"crash to the first step after the resume: recreate {RESTART_SECONDS['Recreate'][0]:.1f} s"
+    if in_place:
+        mean = sum(in_place) / len(in_place)
+        line += f", in place {', '.join(f'{s:.1f}' for s in in_place)} s (mean {mean:.1f} s, "
+        line += f"{RESTART_SECONDS['Recreate'][0] / mean:.1f}x faster)"
+    print(line)
+    if out := os.environ.get("TORCHRUN_BENCH_OUT"):
+        Path(out).write_text(json.dumps(RESTART_SECONDS) + "\n")
+
+
 # -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------
 
 

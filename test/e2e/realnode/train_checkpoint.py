@@ -8,8 +8,9 @@ every rank prints `resumed from step <s>` and continues at s + 1. When the pod i
 (`stop_requested()`, SIGTERM forwarded by torchrun), the ranks agree on it at the end of a step
 (an all-reduce of the flag), save `step-<s>/` (with a file `saved-on-stop`), print `saved step <s>
 on stop` and exit 0. With `--fail-rank R --fail-after S`, rank R exits 1 after step S of the first
-attempt (TORCHRUN_ATTEMPT 0) and of its first workers (TORCHELASTIC_RESTART_COUNT 0: under
-torchrun's `--max_restarts` the restarted workers do not fail again). Every rank appends
+attempt (TORCHRUN_ATTEMPT 0) and of its first workers (TORCHELASTIC_RESTART_COUNT and
+TORCHRUN_IN_PLACE_GENERATION 0: workers restarted in place, by torchrun's `--max_restarts` or the
+supervisor's next generation, do not fail again). Every rank appends
 `attempt step loss` lines to `<checkpoint dir>/losses-rank<R>.txt` (a file: never taken for a
 checkpoint), after a line `# start attempt=<A> from=<s>` at each start, and ends with
 `done step=<total>`.
@@ -72,7 +73,11 @@ def main() -> int:
     gen = torch.Generator().manual_seed(1000 + rank)
     target = torch.linspace(-1.0, 1.0, 8).unsqueeze(1)
     start = 1
-    in_place = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # restarted in place: by torchrun's --max_restarts, or by the supervisor's next generation
+    in_place = max(
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        int(os.environ.get("TORCHRUN_IN_PLACE_GENERATION", "0")),
+    )
     resume = tc.resume_from()
     if resume is not None:
         state = torch.load(resume / "model.pt")
