@@ -1067,6 +1067,17 @@ class TimedLogs:
         trained = next(t for t, text in lines if t >= resume and re.match(r"loss rank=\d+ step=9 ", text))
         return (trained - crash).total_seconds()
 
+    def timeline(self) -> str:
+        """Every line from the crash to the first step after the resume, at its offset (seconds)."""
+        lines = self.lines()
+        crash = next(t for t, text in lines if CRASH_LINE in text)
+        end = crash.timestamp() + self.recovery_seconds()
+        return "\n".join(
+            f"{t.timestamp() - crash.timestamp():6.2f} {text[:150]}"
+            for t, text in lines
+            if crash.timestamp() <= t.timestamp() <= end
+        )
+
 
 def crash_job(
     real: RealNode, namespace: str, log: Path, tmp_path: Path, name: str, mode: str
@@ -1126,6 +1137,7 @@ def test_a_crashed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_the_
     restarted = [e["message"] for e in said if e["reason"] == "RestartedInPlace"]
     assert any("restart 1 of 1, in place (generation 1)" in m for m in restarted), restarted
     RESTART_SECONDS["InPlace"].append(logs.recovery_seconds())
+    print(f"in place, run {run}: from the crash\n{logs.timeline()}")
 
 
 def test_the_recreate_path_recovers_from_the_same_crash_measured_beside_it(

@@ -1,0 +1,79 @@
+"""Restarts in place on the real node, N times in a row, timed beside the recreate path.
+
+    sudo python hack/bench/in_place_restart.py [--runs 20]
+
+Runs `test_a_crashed_rank_restarts_in_place_...` of test/e2e/test_realnode.py N times in one real
+node session (`failurePolicy.restartMode: InPlace`, two worker pods, Debian trixie's torch 2.6,
+c10d rendezvous, one gloo rank each; rank 1 exits 1 after step 9; it passes when both supervisors
+restarted torchrun in the same pods, both ranks resumed from step-8, step 9's loss came out the
+same, the restart was counted once and the job succeeded), then the recreate path's test once on
+the same crash. Prints each run's outcome, the time from the crash to the first step after the
+resume (the container runtime's log timestamps), the tally and the ratio to the recreate path's
+time measured in the same session. Needs root (the real node). CI runs the in-place test twice
+(TORCHRUN_IN_PLACE_RESTART_RUNS defaults to 2) and the recreate test once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = "test/e2e/test_realnode.py"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds_file = Path(tmp) / "seconds.json"
+        env = {
+            **os.environ,
+            "TORCHRUN_IN_PLACE_RESTART_RUNS": str(args.runs),
+            "TORCHRUN_BENCH_OUT": str(seconds_file),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--durations=0",
+             TEST, "-k", "in_place_in_the_same_pods or recreate_path_recovers"],
+            cwd=REPO, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        seconds = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
+    out = done.stdout + done.stderr
+    results = dict(
+        (run, outcome)
+        for outcome, run in re.findall(r"^(PASSED|FAILED) \S+same_pods\S*\[(\d+)\]", out, re.MULTILINE)
+    )
+    in_place = seconds.get("InPlace", [])
+    passed = sum(1 for v in results.values() if v == "PASSED")
+    for run in range(args.runs):
+        print(f"run {run + 1:2d}: {results.get(str(run), 'NOT RUN')}", flush=True)
+    print(
+        f"restarted in place and resumed from the newest checkpoint in {passed} of {args.runs} runs in a row"
+    )
+    if in_place:
+        ordered = sorted(in_place)
+        print(
+            f"crash to the first step after the resume, in place: median {ordered[len(ordered) // 2]:.1f} s, "
+            f"min {ordered[0]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} runs"
+        )
+    recreate = seconds.get("Recreate", [])
+    if recreate and in_place:
+        median = sorted(in_place)[len(in_place) // 2]
+        ratio = recreate[0] / median
+        print(
+            f"recreate path, same crash, same session: {recreate[0]:.1f} s ({ratio:.1f}x the in-place median)"
+        )
+    if passed != args.runs or not recreate:
+        print("\n".join(line for line in out.splitlines() if line.startswith("E   "))[:4000])
+    return 0 if passed == args.runs and recreate else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
