@@ -393,6 +393,13 @@ class TorchrunJobStatus:
             schema={"format": "int32"},
         ),
     )
+    in_place_restart_time: datetime.datetime | None = field(
+        default=None,
+        metadata=api(
+            "When the controller last named a new inPlaceGeneration: the stall and startup clocks "
+            "start again there, as at a pod's start."
+        ),
+    )
     restarts_by_reason: Mapping[str, int] = field(
         default_factory=dict,
         metadata=api(

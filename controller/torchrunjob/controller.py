@@ -284,11 +284,18 @@ class TorchrunJobReconciler:
                     retriable_codes=fp.retriable_exit_codes,
                     retriable_cap=fp.max_retriable_failures,
                     retriable_failures=failures,
+                    now=now,
                 )
                 if restarted is not None:
                     return seen.then(restarted)
             outcome = lifecycle.retriable_limit(failures, fp.max_retriable_failures, fp.retriable_exit_codes)
-            outcome = outcome or (failure.outcome() if failure is not None else None) or progress.value
+            outcome = outcome or (failure.outcome() if failure is not None else None)
+            if outcome is None and progress.value is not None and self.in_place.on(job):
+                limit = min(fp.max_restarts, self.options.restart_limit)
+                restarted = inplace.restart_stalled(progress.value, status, limit=limit, now=now)
+                if restarted is not None:
+                    return seen.then(restarted)
+            outcome = outcome or progress.value
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
             ttl = job.spec.ttl_seconds_after_finished

@@ -16,6 +16,10 @@ failed states again from the sidecars, which repeat them while they wait).
   in the same status write;
 - none left: None — the caller ends the attempt as for a failed worker Job
   (`lifecycle.attempt_ended`: the job fails), and the supervisors, answered `final`, end their pods.
+`restart_stalled` does the same for `onStall: Restart` (`Stalled`, `StartupStalled`): the hung
+workers restart in their pods, counted in `restarts` by that reason. Each restart in place also
+writes `status.inPlaceRestartTime`, where the stall and startup clocks start again
+(`progress.py`), so the restart's own start is not taken for a stall.
 A restart in place says so in the Running condition (`RestartedInPlace`, an Event), which the next
 pass sets back once the workers run. Permanent exit codes never reach here: the supervisor ends its
 pod with one and the worker Job's podFailurePolicy fails the job, as without it.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from controller.api import JobConditionType as C
 from controller.api import TorchrunJob, TorchrunJobStatus
@@ -66,6 +71,27 @@ def failure_of(states: Mapping[int, Told], generation: int) -> Failure | None:
     return Failure(generation, tuple(rank for rank, _ in failed), failed[0][1])
 
 
+def _counted(status: TorchrunJobStatus, limit: int, reason: str) -> dict[str, object] | None:
+    """A restart counted in `restarts` (with `inPlaceRestarts` and `restartsByReason[reason]`), or
+    None when none is left."""
+    if status.restarts >= limit:
+        return None
+    return {
+        "restarts": status.restarts + 1,
+        "in_place_restarts": status.in_place_restarts + 1,
+        "restarts_by_reason": count_restart(status.restarts_by_reason, reason),
+    }
+
+
+def _next_generation(
+    status: TorchrunJobStatus, changes: dict[str, object], counted: str, cause: str, now: datetime
+) -> Decision:
+    generation = status.in_place_generation + 1
+    message = f"{counted}, in place (generation {generation}), after: {cause}"
+    changes = {**changes, "in_place_generation": generation, "in_place_restart_time": now}
+    return Decision((Observed(C.RUNNING, True, Reason.RESTARTED_IN_PLACE, message),), changes, stop=True)
+
+
 def restart(
     failure: Failure,
     status: TorchrunJobStatus,
@@ -74,27 +100,32 @@ def restart(
     retriable_codes: Collection[int],
     retriable_cap: int,
     retriable_failures: int,
+    now: datetime,
 ) -> Decision | None:
     """The in-place restart for `failure` (module doc), or None when none is left."""
-    generation = status.in_place_generation + 1
+    changes: dict[str, object] | None
     if failure.exit_code in retriable_codes and retriable_failures < retriable_cap:
-        changes: dict[str, object] = {
-            "in_place_generation": generation,
-            "retriable_failures": retriable_failures + 1,
-        }
         counted = f"retriable failure {retriable_failures + 1} of {retriable_cap}"
-    elif status.restarts < limit:
-        changes = {
-            "in_place_generation": generation,
-            "restarts": status.restarts + 1,
-            "in_place_restarts": status.in_place_restarts + 1,
-            "restarts_by_reason": count_restart(status.restarts_by_reason, str(Reason.WORKERS_FAILED)),
-        }
-        counted = f"restart {status.restarts + 1} of {limit}"
+        changes = {"retriable_failures": retriable_failures + 1}
     else:
+        counted = f"restart {status.restarts + 1} of {limit}"
+        changes = _counted(status, limit, str(Reason.WORKERS_FAILED))
+    if changes is None:
         return None
-    message = f"{counted}, in place (generation {generation}), after: {failure.describe()}"
-    return Decision((Observed(C.RUNNING, True, Reason.RESTARTED_IN_PLACE, message),), changes, stop=True)
+    return _next_generation(status, changes, counted, failure.describe(), now)
+
+
+def restart_stalled(
+    stalled: Outcome, status: TorchrunJobStatus, *, limit: int, now: datetime
+) -> Decision | None:
+    """`onStall: Restart` in place: a `Stalled` or `StartupStalled` attempt's workers restart in
+    their pods, counted in `restarts` by that reason; None when no restart is left (the caller
+    ends the attempt, which fails the job and deletes the hung workers)."""
+    changes = _counted(status, limit, str(stalled.reason))
+    if changes is None:
+        return None
+    counted = f"restart {status.restarts + 1} of {limit}"
+    return _next_generation(status, changes, counted, f"{stalled.reason}: {stalled.message}", now)
 
 
 class InPlace:
@@ -103,10 +134,14 @@ class InPlace:
     def __init__(self, supervisors: SupervisorStates | None, reporter: ReporterSettings) -> None:
         self.supervisors, self.reporter = supervisors, reporter
 
+    def on(self, job: TorchrunJob) -> bool:
+        """`job` restarts in place (its spec asks, and the controller has an endpoint)."""
+        return self.supervisors is not None and in_place_on(job, self.reporter)
+
     def failure(self, job: TorchrunJob, attempt_uid: str, status: TorchrunJobStatus) -> Failure | None:
         """The failure to answer for `job`'s attempt (module doc); None for a job that does not
         restart in place."""
-        if self.supervisors is None or not in_place_on(job, self.reporter):
+        if self.supervisors is None or not self.on(job):
             return None
         return failure_of(self.supervisors.view(job.key, attempt_uid), status.in_place_generation)
 

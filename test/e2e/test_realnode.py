@@ -1162,6 +1162,46 @@ def test_the_recreate_path_recovers_from_the_same_crash_measured_beside_it(
         Path(out).write_text(json.dumps(RESTART_SECONDS) + "\n")
 
 
+def test_a_hung_collective_stalls_and_restarts_in_place_in_the_same_pods(
+    real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
+) -> None:
+    """`restartMode: InPlace`, `onStall: Restart`: `train_progress.py`'s two ranks hang in a
+    collective after step 6 of generation 0 → `Stalled` after `stallTimeoutSeconds` → the
+    controller names generation 1 (no process failed: the supervisors stop the hung torchruns,
+    SIGKILL past the grace, and start fresh ones) → generation 1 runs all 20 steps in the same two
+    pods; the restart is counted once, by `Stalled`, and the new generation's own start is not
+    taken for another stall."""
+    cluster, timeout = real.cluster, 20
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": "python train_progress.py --steps 20 --step-seconds 0.5 --hang-after 6",
+        "failurePolicy": {"maxRestarts": 1, "restartMode": "InPlace"},
+        "progress": {"stallTimeoutSeconds": timeout, "onStall": "Restart"},
+    }
+    submit(real, namespace, progress_controller, tmp_path, TRAIN_PROGRESS, "ips", spec)
+    logs, seen = TimedLogs(cluster, namespace, "ips"), set()
+
+    def done() -> dict[str, Any] | None:
+        seen.update(logs.poll())
+        st = job_status(cluster, namespace, "ips")
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    final = wait_until(done, 300, interval=0.5, message="ips finished")
+    why = f"{final}\n{diagnose(cluster, namespace, 'ips')}\n{progress_controller.read_text()[-3000:]}"
+    assert final["phase"] == "Succeeded", why
+    counted = (final.get("restarts"), final.get("inPlaceRestarts"), final.get("restartsByReason"))
+    assert counted == (1, 1, {"Stalled": 1}) and final.get("inPlaceGeneration") == 1, why
+    assert len(seen) == 2, (seen, why)
+    texts = "\n".join(text for _, text in logs.lines())
+    for rank in (0, 1):
+        assert f"hang rank={rank} step=6" in texts and f"done rank={rank} steps=20" in texts, texts
+        assert f"world rank={rank} size=2 attempt=0 generation=1" in texts, texts
+    said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=ips")["items"]
+    restarted = [e["message"] for e in said if e["reason"] == "RestartedInPlace"]
+    assert len(restarted) == 1 and "after: Stalled: no new progress record" in restarted[0], restarted
+
+
 # -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,11 @@ from controller.progress.sidecar.inplace import (
     Watcher,
     parse_state,
 )
+from controller.progress.stall import RankState, decide
 from controller.progress.supervisors import SupervisorStates, Told, word
-from controller.torchrunjob.inplace import failure_of, restart
+from controller.torchrunjob.inplace import failure_of, restart, restart_stalled
+from controller.torchrunjob.progress import later
+from controller.torchrunjob.status import Outcome
 
 SUPERVISOR = Path(__file__).parents[2] / "controller" / "tools" / "python" / "torchrun_supervisor.py"
 sys.path.insert(0, str(SUPERVISOR.parent))
@@ -276,21 +279,63 @@ def test_restart_in_place_counts_once_by_its_code() -> None:
     assert failure is not None and failure.ranks == (0, 1) and failure.exit_code == 1
     assert failure_of(told, 3) is None  # the restart was decided: the same failure is not counted again
     status = TorchrunJobStatus(restarts=1, in_place_restarts=1, in_place_generation=2)
-    decided = restart(failure, status, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0)
+    decided = restart(
+        failure, status, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0, now=now
+    )
     assert decided is not None and decided.stop
     assert decided.changes == {
         "in_place_generation": 3,
+        "in_place_restart_time": now,
         "restarts": 2,
         "in_place_restarts": 2,
         "restarts_by_reason": {"WorkersFailed": 1},
     }
     assert "restart 2 of 3, in place (generation 3)" in decided.conditions[0].message
-    retriable = restart(failure, status, limit=3, retriable_codes=(1,), retriable_cap=2, retriable_failures=1)
-    assert retriable is not None and retriable.changes == {"in_place_generation": 3, "retriable_failures": 2}
-    over_cap = restart(failure, status, limit=3, retriable_codes=(1,), retriable_cap=1, retriable_failures=1)
+    retriable = restart(
+        failure, status, limit=3, retriable_codes=(1,), retriable_cap=2, retriable_failures=1, now=now
+    )
+    assert retriable is not None and retriable.changes == {
+        "in_place_generation": 3,
+        "in_place_restart_time": now,
+        "retriable_failures": 2,
+    }
+    over_cap = restart(
+        failure, status, limit=3, retriable_codes=(1,), retriable_cap=1, retriable_failures=1, now=now
+    )
     assert over_cap is not None and over_cap.changes["restarts"] == 2  # past the cap: a counted restart
     spent = TorchrunJobStatus(restarts=3, in_place_restarts=1, in_place_generation=2)
     assert (
-        restart(failure, spent, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0) is None
+        restart(failure, spent, limit=3, retriable_codes=(), retriable_cap=10, retriable_failures=0, now=now)
+        is None
     )
     assert failure.outcome().reason == "WorkersFailed"
+
+
+def test_a_stall_restarts_in_place_counted_by_its_reason_while_restarts_remain() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    status = TorchrunJobStatus(restarts=0, in_place_generation=0, restarts_by_reason={})
+    for reason in ("Stalled", "StartupStalled"):
+        decided = restart_stalled(Outcome(False, reason, "no step for 30s"), status, limit=1, now=now)
+        assert decided is not None and decided.changes == {
+            "restarts": 1,
+            "in_place_restarts": 1,
+            "restarts_by_reason": {reason: 1},
+            "in_place_generation": 1,
+            "in_place_restart_time": now,
+        }
+        assert decided.conditions[0].reason == "RestartedInPlace"
+        assert f"after: {reason}: no step for 30s" in decided.conditions[0].message
+    spent = TorchrunJobStatus(restarts=1, in_place_restarts=1, in_place_generation=1)
+    assert restart_stalled(Outcome(False, "Stalled", "x"), spent, limit=1, now=now) is None
+
+
+def test_the_stall_clock_starts_again_at_a_restart_in_place() -> None:
+    """A rank silent since before the restart is not stalled until the timeout passed since the
+    restart (`later` feeds `stall.decide` the restart time as a start)."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    ranks = [RankState(0, 12, t0, t0 + timedelta(seconds=40))]
+    restarted = t0 + timedelta(seconds=35)
+    now = t0 + timedelta(seconds=40)
+    assert decide(ranks, 30, now, later(None, None)).stalled  # 40 s silent: stalled
+    assert not decide(ranks, 30, now, later(None, restarted)).stalled  # restarted 5 s ago
+    assert later(t0, restarted) == restarted and later(restarted, None) == restarted

@@ -4,7 +4,8 @@ Every step all-reduces a tensor and reports through `torchrun_progress` (on PYTH
 worker pod: /opt/torchrun/python). With `--hang-after K`, in the first attempt only
 (`TORCHRUN_ATTEMPT` 0), both ranks call `hang_in_collective` after step K: rank 1 sleeps forever
 inside it, rank 0 waits in the all-reduce rank 1 never joins — the stack of both shows the
-function. A whole-job restart (attempt 1) runs all steps and exits 0. With `--save-at 5,20`, rank
+function. A whole-job restart (attempt 1) or a restart in place (`TORCHRUN_IN_PLACE_GENERATION`
+1) runs all steps and exits 0. With `--save-at 5,20`, rank
 0 saves a (tiny) checkpoint at those steps through `torchrun_checkpoint`, as the README says.
 """
 
@@ -38,7 +39,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHRUN_ATTEMPT", "0"))
-    print(f"world rank={rank} size={dist.get_world_size()} attempt={attempt}", flush=True)
+    generation = int(os.environ.get("TORCHRUN_IN_PLACE_GENERATION", "0"))  # restarted in place: > 0
+    print(
+        f"world rank={rank} size={dist.get_world_size()} attempt={attempt} generation={generation}",
+        flush=True,
+    )
     save_at = {int(s) for s in args.save_at.split(",") if s}
     started = time.monotonic()
     for step in range(1, args.steps + 1):
@@ -51,7 +56,7 @@ def main() -> None:
             path = torchrun_checkpoint.path_for(step)
             torch.save({"step": step}, path / "state.pt")
             torchrun_checkpoint.mark_complete(path)
-        if attempt == 0 and step == args.hang_after:
+        if attempt == 0 and generation == 0 and step == args.hang_after:
             hang_in_collective(step)
         time.sleep(args.step_seconds)
     dist.destroy_process_group()
