@@ -393,6 +393,22 @@ class TorchrunJobStatus:
             schema={"format": "int32"},
         ),
     )
+    in_place_workspace_generation: int = field(
+        default=0,
+        metadata=api(
+            "The workspace generation the last hot reload in place asked the workers to run (0: none).",
+            schema={"format": "int64"},
+        ),
+    )
+    in_place_running_generation: int | None = field(
+        default=None,
+        metadata=api(
+            "The inPlaceGeneration every worker pod's supervisor last said it runs (the lowest over "
+            "the node ranks; absent until each has): equal to inPlaceGeneration once a restart or a "
+            "reload in place reached every rank.",
+            schema={"format": "int32"},
+        ),
+    )
     in_place_restart_time: datetime.datetime | None = field(
         default=None,
         metadata=api(

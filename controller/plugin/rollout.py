@@ -12,6 +12,9 @@ this holds, and otherwise says which part it still waits for:
     it), or the Job itself was made for the generation in use (its
     `torchrun.ai/workspace-generation` annotation).
 A suspended job has no workers to wait for: it runs the generation once resumed, and says so.
+A job reloaded in place (`status.inPlaceWorkspaceGeneration` ≥ G: its pods stay, each
+supervisor copies the code and starts a fresh torchrun) runs G once every rank's supervisor said
+it runs the in-place generation named for it (`inPlaceRunningGeneration` ≥ `inPlaceGeneration`).
 `on_generation` is pure (the job, its worker Job and pods in; a line or a `Waiting` out);
 `runs_generation` reads them from the API for `watch.wait`.
 """
@@ -69,6 +72,8 @@ def on_generation(job: JSON, worker_job: JSON | None, pods: Sequence[JSON], gene
         return Waiting(f"generation {current} is in use; the worker Job {name} does not exist yet")
     synced_at = parse_time(status["workspaceSyncTime"])
     made_for_it = _annotation_generation(worker_job) >= current
+    if not made_for_it and int(status.get("inPlaceWorkspaceGeneration") or 0) >= current:
+        return _in_place(name, status, current)
 
     def runs_it(pod: JSON) -> bool:
         return (
@@ -83,6 +88,18 @@ def on_generation(job: JSON, worker_job: JSON | None, pods: Sequence[JSON], gene
     if nodes and len(running) == nodes:
         return f"job {name} runs generation {current}"
     return Waiting(_workers_line(current, nodes, new, running, [p for p in pods if not runs_it(p)]))
+
+
+def _in_place(name: str, status: JSON, current: int) -> str | Waiting:
+    """A reload in place asked for `current`: done once every rank's supervisor said it runs the
+    in-place generation named for it (or a later one)."""
+    asked = int(status.get("inPlaceGeneration") or 0)
+    running = status.get("inPlaceRunningGeneration")
+    if isinstance(running, int) and running >= asked:
+        return f"job {name} runs generation {current} (reloaded in place: the pods stayed)"
+    return Waiting(
+        f"generation {current}: every worker restarts on it in place (in-place generation {asked})"
+    )
 
 
 def _workers_line(

@@ -308,7 +308,12 @@ class TorchrunJobReconciler:
                 by_reason=status.restarts_by_reason,
             )
             return seen.then(ended)
-        self.reload.roll(raw, attempt, status)
+        if self.in_place.on(job):
+            uid = attempt.job["metadata"]["uid"]
+            seen = seen.then(self.in_place.running(job, uid, topo.nodes, status))
+            seen = seen.then(self.reload.in_place(raw, attempt, status, now) or Decision())
+        else:
+            self.reload.roll(raw, attempt, status)
         ready, blocked, growth, look_again = status.workers.ready, None, None, None
         if ready < topo.nodes:
             evidence, look_again = self.start_evidence.gather(job, attempt, updater, now)

@@ -71,6 +71,18 @@ def failure_of(states: Mapping[int, Told], generation: int) -> Failure | None:
     return Failure(generation, tuple(rank for rank, _ in failed), failed[0][1])
 
 
+def running_generation(states: Mapping[int, Told], nodes: int) -> int | None:
+    """The generation every node rank 0..nodes-1 runs (the lowest; `running` or `succeeded`), or
+    None while a rank has told no such state."""
+    generations = []
+    for rank in range(nodes):
+        told = states.get(rank)
+        if told is None or told.state.state not in ("running", "succeeded"):
+            return None
+        generations.append(told.state.generation)
+    return min(generations, default=None)
+
+
 def _counted(status: TorchrunJobStatus, limit: int, reason: str) -> dict[str, object] | None:
     """A restart counted in `restarts` (with `inPlaceRestarts` and `restartsByReason[reason]`), or
     None when none is left."""
@@ -144,6 +156,16 @@ class InPlace:
         if self.supervisors is None or not self.on(job):
             return None
         return failure_of(self.supervisors.view(job.key, attempt_uid), status.in_place_generation)
+
+    def running(self, job: TorchrunJob, attempt_uid: str, nodes: int, status: TorchrunJobStatus) -> Decision:
+        """`status.inPlaceRunningGeneration` raised to `running_generation` of the states, when
+        that is higher (never lowered in an attempt: a restart's ranks pass through `failed`)."""
+        assert self.supervisors is not None
+        running = running_generation(self.supervisors.view(job.key, attempt_uid), nodes)
+        have = status.in_place_running_generation
+        if running is None or (have is not None and running <= have):
+            return Decision()
+        return Decision(changes={"in_place_running_generation": running})
 
     def forget(self, key: str) -> None:
         if self.supervisors is not None:

@@ -141,6 +141,7 @@ def attempt_ended(
                 "restarts_by_reason": count_restart(by_reason or {}, str(outcome.reason)),
                 "retriable_failures": 0,
                 "in_place_generation": 0,  # a new worker Job: its supervisors start at 0
+                "in_place_running_generation": None,
             },
             stop=True,
         )

@@ -8,9 +8,16 @@ podFailurePolicy ignores (`evictions.py`). The pods are the attempt's (`Attempt.
 once per pass by `workers.py`), never listed again here. When it evicted any, it records one
 Normal `WorkspaceReloaded` Event on `raw`, the job as the pass read it (the job may be gone from
 the cache by then). Returns how many it evicted.
+
+A job that restarts in place (`inplace.py`) evicts nothing: `HotReload.in_place` answers the next
+in-place generation instead (`reload_in_place`: `status.inPlaceWorkspaceGeneration` remembers the
+workspace generation asked for, so each is asked once), and every supervisor copies the newest
+generation into its code directory before its fresh torchrun (`torchrun_workspace.py`).
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from controller.api import TorchrunJobStatus, parse_time
 from controller.api.reasons import Reason
@@ -19,7 +26,25 @@ from controller.rest.client import RESTClient
 from controller.runtime.events import NORMAL, EventRecorder
 from controller.torchrunjob.evictions import evict_live_workers
 from controller.torchrunjob.generations import generation_of
+from controller.torchrunjob.steps import Decision
 from controller.torchrunjob.workers import Attempt
+
+
+def reload_in_place(generation_made_for: int, status: TorchrunJobStatus, now: datetime) -> Decision | None:
+    """For a job that restarts in place: the next in-place generation when a workspace generation
+    was synced that neither the worker Job was made for (`generation_made_for`) nor an earlier
+    reload in place asked for — the supervisors copy it and start a fresh torchrun, no pod goes;
+    not counted as a restart. None when there is nothing to reload."""
+    asked = max(generation_made_for, status.in_place_workspace_generation)
+    if status.workspace_sync_time is None or status.workspace_generation <= asked:
+        return None
+    generation = status.in_place_generation + 1
+    changes = {
+        "in_place_generation": generation,
+        "in_place_restart_time": now,
+        "in_place_workspace_generation": status.workspace_generation,
+    }
+    return Decision(changes=changes)
 
 
 class HotReload:
@@ -44,3 +69,17 @@ class HotReload:
             )
             self.recorder.event(raw, NORMAL, Reason.WORKSPACE_RELOADED, message)
         return evicted
+
+    def in_place(
+        self, raw: Obj, attempt: Attempt, status: TorchrunJobStatus, now: datetime
+    ) -> Decision | None:
+        """`reload_in_place` for the attempt's worker Job, with one Normal `WorkspaceReloaded`
+        Event on `raw` when it asks for a reload."""
+        decided = reload_in_place(generation_of(attempt.job), status, now)
+        if decided is not None:
+            message = (
+                f"workspace generation {status.workspace_generation} synced: every worker restarts "
+                f"on it in place (generation {decided.changes['in_place_generation']}; the pods stay)"
+            )
+            self.recorder.event(raw, NORMAL, Reason.WORKSPACE_RELOADED, message)
+        return decided

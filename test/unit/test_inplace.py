@@ -29,13 +29,16 @@ from controller.progress.sidecar.inplace import (
 )
 from controller.progress.stall import RankState, decide
 from controller.progress.supervisors import SupervisorStates, Told, word
-from controller.torchrunjob.inplace import failure_of, restart, restart_stalled
+from controller.sync import layout
+from controller.torchrunjob.inplace import failure_of, restart, restart_stalled, running_generation
 from controller.torchrunjob.progress import later
+from controller.torchrunjob.reload import reload_in_place
 from controller.torchrunjob.status import Outcome
 
 SUPERVISOR = Path(__file__).parents[2] / "controller" / "tools" / "python" / "torchrun_supervisor.py"
 sys.path.insert(0, str(SUPERVISOR.parent))
 import torchrun_supervisor  # noqa: E402
+import torchrun_workspace  # noqa: E402
 
 # a stand-in torchrun: appends what it was started with to $LOG, then does what $PLAN says for
 # its generation (exit N, or "hang": sleep, ignoring SIGTERM, with a daemonized grandchild)
@@ -58,7 +61,9 @@ sys.exit(plan)
 class Pod:
     """The supervisor in a process of its own, its control and state files in `tmp`."""
 
-    def __init__(self, tmp: Path, plan: dict[str, Any], permanent: str = "") -> None:
+    def __init__(
+        self, tmp: Path, plan: dict[str, Any], permanent: str = "", extra: dict[str, str] | None = None
+    ) -> None:
         self.tmp = tmp
         (tmp / "torchrun").write_text(FAKE_TORCHRUN)
         self.control, self.state, self.log = tmp / "generation.json", tmp / "supervisor.json", tmp / "log"
@@ -73,6 +78,7 @@ class Pod:
             "PET_NODE_RANK": "1",  # not rank 0: no store to host (and no torch here)
             "LOG": str(self.log),
             "PLAN": json.dumps(plan),
+            **(extra or {}),
         }
         argv = [sys.executable, str(tmp / "torchrun"), "--nnodes=2", "--rdzv_id=uid-1", "train.py"]
         self.proc = subprocess.Popen(
@@ -339,3 +345,104 @@ def test_the_stall_clock_starts_again_at_a_restart_in_place() -> None:
     assert decide(ranks, 30, now, later(None, None)).stalled  # 40 s silent: stalled
     assert not decide(ranks, 30, now, later(None, restarted)).stalled  # restarted 5 s ago
     assert later(t0, restarted) == restarted and later(restarted, None) == restarted
+
+
+def test_a_synced_generation_is_reloaded_in_place_once_not_counted_as_a_restart() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    status = TorchrunJobStatus(
+        workspace_generation=3,
+        workspace_sync_time=now,
+        in_place_generation=2,
+        restarts=1,
+        in_place_restarts=1,
+    )
+    decided = reload_in_place(2, status, now)
+    assert (
+        decided is not None
+        and not decided.stop
+        and decided.changes
+        == {
+            "in_place_generation": 3,
+            "in_place_restart_time": now,
+            "in_place_workspace_generation": 3,
+        }
+    )
+    asked = TorchrunJobStatus(
+        workspace_generation=3, workspace_sync_time=now, in_place_workspace_generation=3
+    )
+    assert reload_in_place(2, asked, now) is None  # asked once
+    assert reload_in_place(3, TorchrunJobStatus(workspace_generation=3, workspace_sync_time=now), now) is None
+    assert reload_in_place(0, TorchrunJobStatus(workspace_generation=3), now) is None  # not synced yet
+
+
+def test_the_running_generation_is_every_ranks_lowest() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    states = {0: Told(State(3, "running", None), now), 1: Told(State(2, "running", None), now)}
+    assert running_generation(states, 2) == 2
+    assert running_generation(states, 3) is None  # rank 2 said nothing
+    states[1] = Told(State(3, "failed", 1), now)
+    assert running_generation(states, 2) is None
+
+
+def test_the_workspace_copy_reads_the_sync_layout_and_rewrites_only_what_changed(tmp_path: Path) -> None:
+    ws, code = tmp_path / "ws", tmp_path / "code"
+    assert torchrun_workspace.newest(ws) is None
+    tree = ws / layout.GENERATIONS / "4"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "train.py").write_text("print('v2')\n")
+    (tree / "pkg" / "util.py").write_text("X = 1\n")
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "link").symlink_to("train.py")
+    (ws / layout.CURRENT).write_text("4\n")
+    assert torchrun_workspace.newest(ws) is None  # CURRENT alone is not trusted: no marker yet
+    (tree / layout.MARKER).write_text("{}")
+    assert (torchrun_workspace.CURRENT, torchrun_workspace.GENERATIONS, torchrun_workspace.MARKER) == (
+        layout.CURRENT,
+        layout.GENERATIONS,
+        layout.MARKER,
+    )
+    assert torchrun_workspace.newest(ws) == (4, tree)
+    (code / "old").mkdir(parents=True)
+    (code / "old" / "gone.py").write_text("")
+    (code / "pkg").mkdir()
+    (code / "pkg" / "util.py").write_text("X = 1\n")
+    (code / "train.py").write_text("print('v1')\n")
+    assert torchrun_workspace.replace_tree(tree, code) == 3  # train.py, run.sh, link; util.py kept
+    assert sorted(str(p.relative_to(code)) for p in code.rglob("*")) == [
+        "link",
+        "pkg",
+        "pkg/util.py",
+        "run.sh",
+        "train.py",
+    ]
+    assert (code / "train.py").read_text() == "print('v2')\n" and os.readlink(code / "link") == "train.py"
+    assert (code / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert torchrun_workspace.replace_tree(tree, code) == 0  # nothing changed: nothing written
+
+
+def test_a_later_generation_copies_the_newest_code_before_torchrun_starts(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    ws, code = tmp_path / "ws", tmp_path / "code"
+    tree = ws / layout.GENERATIONS / "2"
+    tree.mkdir(parents=True)
+    (tree / "train.py").write_text("new\n")
+    (tree / layout.MARKER).write_text("{}")
+    (ws / layout.CURRENT).write_text("2\n")
+    code.mkdir()
+    (code / "train.py").write_text("old\n")
+    pod = Pod(
+        tmp_path,
+        {"0": "hang", "1": 0},
+        extra={"TORCHRUN_WORKSPACE_DIR": str(ws), "TORCHRUN_CODE_DIR": str(code)},
+    )
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.say(0)
+    wait_until(lambda: pod.told().get("state") == "running", timeout=10)
+    assert (code / "train.py").read_text() == "old\n"  # generation 0 runs what the pod started with
+    pod.say(1)  # a hot reload in place
+    assert pod.wait() == 0
+    assert (code / "train.py").read_text() == "new\n"
+    assert pod.told()["workspace"] == 2

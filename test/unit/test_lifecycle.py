@@ -121,6 +121,7 @@ def restarted(restarts: int, by_reason: dict[str, int]) -> dict[str, object]:
         "restarts_by_reason": by_reason,
         "retriable_failures": 0,
         "in_place_generation": 0,  # a new worker Job's supervisors start at generation 0
+        "in_place_running_generation": None,
     }
 
 

@@ -146,3 +146,18 @@ def test_a_job_is_held_up_while_a_progress_condition_is_not_true() -> None:
     blocked = {"type": "Running", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes"}
     running["status"]["conditions"] = [*ready[:2], blocked]
     assert held_up(running) == "Running=False Unschedulable: 0/4 nodes"
+
+
+def test_a_reload_in_place_is_run_once_every_rank_runs_the_generation_named_for_it() -> None:
+    """The pods stay (the old ones are the ones that run it): the supervisors' word decides."""
+    reloaded = job(generation=2)
+    reloaded["status"].update(inPlaceWorkspaceGeneration=2, inPlaceGeneration=3, inPlaceRunningGeneration=2)
+    waiting = on_generation(reloaded, worker_job(made_for=1), OLD, 2)
+    assert waiting == Waiting("generation 2: every worker restarts on it in place (in-place generation 3)")
+    reloaded["status"]["inPlaceRunningGeneration"] = 3
+    assert on_generation(reloaded, worker_job(made_for=1), OLD, 2) == (
+        "job train runs generation 2 (reloaded in place: the pods stayed)"
+    )
+    older = job(generation=2)
+    older["status"].update(inPlaceWorkspaceGeneration=1, inPlaceGeneration=1, inPlaceRunningGeneration=1)
+    assert isinstance(on_generation(older, worker_job(made_for=1), OLD, 2), Waiting)  # not asked in place

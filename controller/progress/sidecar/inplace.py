@@ -39,9 +39,11 @@ class State:
     generation: int
     state: str
     exit_code: int | None
+    workspace: int | None = None  # the workspace generation it copied for a hot reload in place
 
     def to_json(self) -> dict[str, Any]:
-        return {"generation": self.generation, "state": self.state, "exitCode": self.exit_code}
+        body = {"generation": self.generation, "state": self.state, "exitCode": self.exit_code}
+        return body if self.workspace is None else {**body, "workspace": self.workspace}
 
 
 def parse_state(data: object) -> State | None:
@@ -55,7 +57,12 @@ def parse_state(data: object) -> State | None:
         return None
     if code is not None and (not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255):
         return None
-    return State(generation, state, code)
+    workspace = data.get("workspace")
+    if workspace is not None and (
+        not isinstance(workspace, int) or isinstance(workspace, bool) or workspace < 0
+    ):
+        return None
+    return State(generation, state, code, workspace)
 
 
 def read_state(path: str) -> State | None:

@@ -26,6 +26,11 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
   workers), SIGKILL after `TORCHRUN_KILL_AFTER_SECONDS` (10), and then every process left under the supervisor
   (it is their child subreaper, so none escapes by daemonizing) gets SIGKILL, before the next
   torchrun starts.
+- **A later generation runs the newest code.** Before it starts generation G > 0, the supervisor
+  copies the newest published workspace generation (`TORCHRUN_WORKSPACE_DIR`, the workspace PVC
+  read-only) into the code directory (`TORCHRUN_CODE_DIR`) when it is not the one it copied last
+  (`torchrun_workspace.py`): a hot reload in place is a new generation. The state then says which
+  workspace generation runs (`"workspace": W`).
 - **The pod's stop is torchrun's.** SIGTERM to the supervisor is forwarded to torchrun, and the
   container ends with torchrun's code.
 - **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
@@ -58,12 +63,16 @@ ENV_STATE = "TORCHRUN_SUPERVISOR_FILE"
 ENV_PERMANENT = "TORCHRUN_PERMANENT_EXIT_CODES"
 ENV_DECISION = "TORCHRUN_DECISION_SECONDS"
 ENV_KILL_AFTER = "TORCHRUN_KILL_AFTER_SECONDS"
+ENV_WORKSPACE_DIR = "TORCHRUN_WORKSPACE_DIR"
+ENV_CODE_DIR = "TORCHRUN_CODE_DIR"
 DEFAULT_CONTROL = "/var/run/torchrun-control/generation.json"
 DEFAULT_STATE = "/var/run/torchrun-progress/supervisor.json"
 POLL = 0.1
 KILL_AFTER = 10.0
 DECISION_SECONDS = 120.0
 PR_SET_CHILD_SUBREAPER = 36
+# this directory's workspace copier (the supervisor runs as a script from it, so it is on sys.path)
+torchrun_workspace: Any = importlib.import_module("torchrun_workspace")
 
 
 class Word:
@@ -87,9 +96,13 @@ def read_word(path: str) -> Word | None:
         return None
 
 
-def write_state(path: str, generation: int, state: str, exit_code: int | None = None) -> None:
+def write_state(
+    path: str, generation: int, state: str, exit_code: int | None = None, workspace: int | None = None
+) -> None:
     """Replace the state file whole (module doc); a failure to write is said, never raised."""
     body = {"generation": generation, "state": state, "exitCode": exit_code, "pid": os.getpid()}
+    if workspace is not None:
+        body["workspace"] = workspace
     try:
         fd, tmp = tempfile.mkstemp(prefix=".supervisor-", dir=os.path.dirname(path) or ".")
         with os.fdopen(fd, "w") as out:
@@ -165,6 +178,13 @@ class Supervisor:
         self.kill_after = float(env.get(ENV_KILL_AFTER) or KILL_AFTER)
         self.stopping = False
         self.child: subprocess.Popen[bytes] | None = None
+        self.workspace = env.get(ENV_WORKSPACE_DIR) or ""  # the workspace PVC, read-only
+        self.code = env.get(ENV_CODE_DIR) or ""  # where the init container copied the code
+        self.code_generation: int | None = None  # the workspace generation last copied (None: unknown)
+
+    def tell(self, generation: int, state: str, exit_code: int | None = None) -> None:
+        """The state file says `state` of `generation`, with the workspace generation copied last."""
+        write_state(self.state, generation, state, exit_code, self.code_generation)
 
     def on_term(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -174,7 +194,7 @@ class Supervisor:
 
     def first_word(self) -> Word | None:
         """Wait for the controller's word (module doc); None when the pod is stopped first."""
-        write_state(self.state, 0, "waiting")
+        self.tell(0, "waiting")
         said = time.monotonic()
         while not self.stopping:
             word = read_word(self.control)
@@ -186,13 +206,31 @@ class Supervisor:
             time.sleep(POLL)
         return None
 
+    def refresh_code(self) -> None:
+        """Before a later generation: the newest published workspace generation into the code
+        directory, when it is not the one copied last (`torchrun_workspace`; a hot reload in
+        place). A failure is said; torchrun then runs the code the pod has."""
+        if not (self.workspace and self.code):
+            return
+        try:
+            found = torchrun_workspace.newest(self.workspace)
+            if found is None or found[0] == self.code_generation:
+                return
+            written = torchrun_workspace.replace_tree(found[1], self.code)
+            self.code_generation = found[0]
+            _say(f"workspace generation {found[0]} copied to {self.code} ({written} entries written)")
+        except OSError as exc:
+            _say(f"cannot copy the newest workspace generation to {self.code}: {exc}")
+
     def start(self, generation: int) -> subprocess.Popen[bytes]:
+        if generation > 0:
+            self.refresh_code()
         env = dict(self.env)
         env[ENV_GENERATION] = str(generation)
         argv = [self.argv[0], *with_generation(self.argv[1:], generation)]
         _say(f"generation {generation}: starting {' '.join(argv[:1] + argv[1:8])} ...")
         child = subprocess.Popen(argv, env=env)
-        write_state(self.state, generation, "running")
+        self.tell(generation, "running")
         return child
 
     def stop_child(self, child: subprocess.Popen[bytes]) -> None:
@@ -232,15 +270,15 @@ class Supervisor:
                 continue
             assert code is not None
             if code == 0 or self.stopping:
-                write_state(self.state, generation, "succeeded" if code == 0 else "stopped", code)
+                self.tell(generation, "succeeded" if code == 0 else "stopped", code)
                 return code if code >= 0 else 128 - code
             code = code if code > 0 else 128 - code
             kill_descendants()
             if code in self.permanent:
-                write_state(self.state, generation, "failed", code)
+                self.tell(generation, "failed", code)
                 _say(f"torchrun exited {code}, a permanent exit code: the pod fails")
                 return code
-            write_state(self.state, generation, "failed", code)
+            self.tell(generation, "failed", code)
             _say(f"torchrun exited {code} in generation {generation}: waiting for the controller")
             chosen = self.await_decision(generation)
             if chosen is None:

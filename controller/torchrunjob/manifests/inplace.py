@@ -11,6 +11,9 @@ pods). Without an endpoint an InPlace job restarts by recreating, as a Recreate 
   the permanent exit codes (the supervisor ends the pod with one at once, so podFailurePolicy
   fails the job as before) and torchrun's own `--max_restarts` at 0 (torchrun's in-place restart is
   not reliable: docs/design/recovery.md; the supervisor's fresh torchrun replaces it);
+- for a job with a workspace, the workspace PVC read-only at `WORKSPACE_DIR` in the torchrun
+  container and where its code directory is: the supervisor copies a newer generation there
+  before a later generation starts (a hot reload in place, `torchrun_workspace.py`);
 - the emptyDir `torchrun-control` at `CONTROL_DIR`: written by the reporter sidecar only,
   read-only in the torchrun container, so the training code cannot forge the word;
 - the sidecar's environment naming both files.
@@ -23,11 +26,13 @@ from typing import Any
 
 from controller.api import RestartMode, TorchrunJob
 from controller.torchrunjob.manifests.progress import PROGRESS_DIR, REPORTER_CONTAINER, ReporterSettings
+from controller.torchrunjob.manifests.storage import WORKSPACE_VOLUME, has_workspace
 
 CONTROL_VOLUME = "torchrun-control"
 CONTROL_DIR = "/var/run/torchrun-control"
 CONTROL_FILE = f"{CONTROL_DIR}/generation.json"
 STATE_FILE = f"{PROGRESS_DIR}/supervisor.json"
+WORKSPACE_DIR = "/var/run/torchrun-workspace"  # the workspace PVC, read-only, for reloads in place
 
 
 def in_place_on(job: TorchrunJob, reporter: ReporterSettings) -> bool:
@@ -43,8 +48,21 @@ def _files() -> list[dict[str, Any]]:
     ]
 
 
+def _code(job: TorchrunJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The environment and mount that let the supervisor copy a newer workspace generation into
+    the code directory (a hot reload in place); none for a job without a workspace."""
+    if not has_workspace(job):
+        return [], []
+    env = [
+        {"name": "TORCHRUN_WORKSPACE_DIR", "value": WORKSPACE_DIR},
+        {"name": "TORCHRUN_CODE_DIR", "value": job.spec.workspace.mount_path},
+    ]
+    return env, [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE_DIR, "readOnly": True}]
+
+
 def _torchrun(container: dict[str, Any], job: TorchrunJob) -> dict[str, Any]:
     codes = " ".join(str(c) for c in sorted(job.spec.failure_policy.permanent_exit_codes))
+    code_env, code_mounts = _code(job)
     env = [
         e if e["name"] != "PET_MAX_RESTARTS" else {"name": "PET_MAX_RESTARTS", "value": "0"}
         for e in container.get("env", ())
@@ -56,8 +74,8 @@ def _torchrun(container: dict[str, Any], job: TorchrunJob) -> dict[str, Any]:
     return {
         **container,
         "args": args,
-        "env": [*env, *_files(), {"name": "TORCHRUN_PERMANENT_EXIT_CODES", "value": codes}],
-        "volumeMounts": [*container.get("volumeMounts", ()), mount],
+        "env": [*env, *_files(), {"name": "TORCHRUN_PERMANENT_EXIT_CODES", "value": codes}, *code_env],
+        "volumeMounts": [*container.get("volumeMounts", ()), mount, *code_mounts],
     }
 
 
