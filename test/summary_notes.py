@@ -45,6 +45,7 @@ AMAZON_S3 = "Amazon S3"
 CHECKPOINT_S3 = "Amazon S3 as the checkpoints' mirror"
 TORCH_PARSER = "torch 2.15's torchrun"
 IMAGE_BASE = "python:3.11-slim"
+SUPERVISOR_LINK = "the in-place supervisors and their sidecars' link"
 
 STAND_INS = {
     s.name: s
@@ -88,6 +89,13 @@ STAND_INS = {
             "its torch/distributed/run.py and argparse_util.py from the macOS arm64 wheel "
             "(hack/testbed/torchrun-versions.sh), the torch modules they import stubbed: the "
             "argument parser runs, nothing is launched",
+        ),
+        StandIn(
+            SUPERVISOR_LINK,
+            'the test POSTing what the reporter sidecar\'s link sends (`{"job", "inPlace"}`, '
+            "with a pod-bound token the API server minted) for kwok's pods, which run no process "
+            "(test/integration/test_inplace_restarts.py); the real supervisor and sidecar run on the real "
+            "node (test/e2e/test_realnode.py)",
         ),
         StandIn(
             IMAGE_BASE,

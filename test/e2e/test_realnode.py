@@ -25,7 +25,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
 TRAIN_PROGRESS = Path(__file__).parent / "realnode" / "train_progress.py"
 HF_TRAINER = Path(__file__).parent / "realnode" / "hf_trainer.py"
 LIGHTNING_TRAINER = Path(__file__).parent / "realnode" / "lightning_trainer.py"
+RELOAD_LOOP = Path(__file__).parent / "realnode" / "reload_loop.py"
 IMAGE_SITECUSTOMIZE = "/usr/lib/python3.13/sitecustomize.py"  # Debian trixie's, in the training image
 NODE = "realnode-0"
 # a queue's placement on the real node: its name, and the taint that keeps every other pod off it
@@ -1200,6 +1201,53 @@ def test_a_hung_collective_stalls_and_restarts_in_place_in_the_same_pods(
     said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=ips")["items"]
     restarted = [e["message"] for e in said if e["reason"] == "RestartedInPlace"]
     assert len(restarted) == 1 and "after: Stalled: no new progress record" in restarted[0], restarted
+
+
+def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
+    real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
+) -> None:
+    """`restartMode: InPlace`: a one-line edit (`VERSION = 2`) and `kubectl torchrun sync` → the
+    controller names the next in-place generation, each supervisor copies the new workspace
+    generation into /app and starts a fresh torchrun; the command returns once every rank's
+    supervisor runs it. The same two pods throughout; not a restart. The time from the command to
+    the last rank's first step of the new code is printed (the target is 10 s)."""
+    cluster = real.cluster
+    spec = {
+        "jobQueue": queue,
+        "numNodes": 2,
+        "command": "python reload_loop.py",
+        "failurePolicy": {"restartMode": "InPlace"},
+    }
+    project = submit(real, namespace, progress_controller, tmp_path, RELOAD_LOOP, "rld", spec)
+    logs, seen = TimedLogs(cluster, namespace, "rld"), set()
+
+    def stepping(version: int) -> bool:
+        seen.update(logs.poll())
+        texts = [text for _, text in logs.lines()]
+        return all(any(t.startswith(f"code v={version} rank={r} step=3") for t in texts) for r in (0, 1))
+
+    wait_until(lambda: stepping(1), 240, interval=0.5, message="both ranks step on version 1")
+    program = project / RELOAD_LOOP.name
+    program.write_text(program.read_text().replace("VERSION = 1\n", "VERSION = 2\n"))
+    started = datetime.now(UTC)
+    synced = plugin_run(real, namespace, project, "sync", "rld")
+    returned = (datetime.now(UTC) - started).total_seconds()
+    why = f"{synced.stdout}{synced.stderr}\n{diagnose(cluster, namespace, 'rld')}"
+    assert synced.returncode == 0 and "reloaded in place: the pods stayed" in synced.stdout, why
+    final = finished(cluster, namespace, "rld", timeout=120)
+    seen.update(logs.poll())
+    assert final["phase"] == "Succeeded" and not final.get("restarts"), (final, why)
+    assert final.get("inPlaceWorkspaceGeneration") == final.get("workspaceGeneration") == 2, final
+    assert len(seen) == 2, (seen, why)  # the same two pods: nothing evicted, nothing recreated
+    lines = logs.lines()
+    firsts = [next(t for t, text in lines if text.startswith(f"code v=2 rank={r} ")) for r in (0, 1)]
+    assert all(any(text == f"done v=2 rank={r}" for _, text in lines) for r in (0, 1)), lines
+    said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=rld")["items"]
+    assert any(e["reason"] == "WorkspaceReloaded" and "in place" in e["message"] for e in said), said
+    print(
+        f"hot reload in place: sync returned after {returned:.1f} s; every rank stepped on the new "
+        f"code {(max(firsts) - started).total_seconds():.1f} s after the command"
+    )
 
 
 # -- unchanged Hugging Face Trainer and Lightning programs (torch 2.6, the framework hooks) -------

@@ -45,21 +45,24 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def replica(
-    cluster: Cluster, ns: str, logs: Path, identity: str, period: float, *more: str
+    cluster: Cluster, ns: str, logs: Path, identity: str, period: float, *more: str, url: bool = False
 ) -> Iterator[Replica]:
     """One controller process with leader election and the progress endpoint on a free port
-    (`more`: further flags)."""
+    (`more`: further flags; `url`: the pods are told that endpoint, `--progress-url`, which a job
+    that restarts in place needs)."""
     port = free_port()
+    endpoint = f"https://127.0.0.1:{port}/v1/progress"
     flags = (
         "--leader-elect",
         f"--leader-elect-namespace={ns}",
         f"--leader-elect-identity={identity}",
         f"--progress-bind-address=127.0.0.1:{port}",
         f"--progress-period={period}",
+        *((f"--progress-url={endpoint}",) if url else ()),
         *more,
     )
     with controller_program(cluster.kubeconfig, ns, logs / f"{identity}.log", *flags):
-        yield Replica(identity, f"https://127.0.0.1:{port}/v1/progress")
+        yield Replica(identity, endpoint)
 
 
 def wait_to_lead(cluster: Cluster, ns: str, identity: str) -> None:

@@ -20,8 +20,12 @@ import pytest
 from jobs import make_job, queue_manifest
 from testbed import Cluster, condition, wait_until
 
+from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.cmd.main import App
 from controller.plugin.checkpoints import listing_pod
+from controller.torchrunjob.manifests.launch import parse_command
+from controller.torchrunjob.manifests.progress import ReporterSettings
+from controller.torchrunjob.manifests.worker import build_worker_job, worker_pod
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 REFUSED = 'violates PodSecurity "restricted:latest"'
@@ -184,3 +188,30 @@ def test_stack_dumps_are_refused_in_a_restricted_namespace_by_a_condition(
     )
     wait_until(lambda: phase_is(cluster, ns, "Succeeded"), 90, message="Succeeded once the queue allows it")
     assert condition(tj(cluster, ns), "Admitted")["status"] == "True"
+
+
+def test_an_in_place_worker_pod_is_admitted_in_a_restricted_namespace(
+    cluster: Cluster, restricted: str
+) -> None:
+    """A job that restarts in place adds the supervisor's files to its worker pods (the control
+    emptyDir, the workspace claim read-only in the torchrun container): still `restricted`."""
+    queue = TorchrunQueue.from_json(queue_manifest("q", storage={"checkpoints": {"enabled": True}}))
+    job = TorchrunJob.from_json(
+        {
+            "metadata": {"name": "train", "namespace": restricted, "uid": "u"},
+            "spec": {
+                "jobQueue": "q",
+                "numNodes": 2,
+                "command": "python train.py",
+                "workspace": {"source": "upload"},
+                "failurePolicy": {"restartMode": "InPlace"},
+            },
+        }
+    )
+    topology = resolve_topology(job.spec, queue.spec.node_resources)
+    settings = ReporterSettings(url="https://controller.example:9443/v1/progress")
+    built = build_worker_job(job, queue, topology, parse_command(job.spec.command), reporter=settings)
+    pod = worker_pod(built)
+    assert any(v["name"] == "torchrun-control" for v in pod["spec"]["volumes"])  # the fragment is there
+    admitted, said = dry_run(cluster, restricted, pod)
+    assert admitted, said

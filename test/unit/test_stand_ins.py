@@ -27,8 +27,8 @@ STAND_IN_YAML = REPO / "hack" / "testbed" / "kai-crds-standin.yaml"
 SAMPLE = """
 import pytest
 from summary_notes import (
-    AMAZON_S3, CHECKPOINT_S3, IMAGE_BASE, KAI_CRDS, KAI_SCHEDULER, KUBELET, KUEUE, STAND_IN, TORCH_PARSER,
-    stand_in,
+    AMAZON_S3, CHECKPOINT_S3, IMAGE_BASE, KAI_CRDS, KAI_SCHEDULER, KUBELET, KUEUE, STAND_IN, SUPERVISOR_LINK,
+    TORCH_PARSER, stand_in,
 )
 
 @pytest.fixture
@@ -82,6 +82,10 @@ def test_parser():
 def test_image():
     pass
 
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_link():
+    pass
+
 def test_on_nothing():
     pass
 """
@@ -95,6 +99,7 @@ EXPECTED = {
     summary_notes.CHECKPOINT_S3: ["test_on_open_moto"],
     summary_notes.TORCH_PARSER: ["test_parser"],
     summary_notes.IMAGE_BASE: ["test_image"],
+    summary_notes.SUPERVISOR_LINK: ["test_link"],
 }
 
 
@@ -137,7 +142,7 @@ def stand_ins_section(stdout: str) -> dict[str, tuple[list[str], list[str]]]:
 
 def test_the_summary_lists_each_stand_in_with_every_test_that_used_it(tmp_path: Path) -> None:
     proc = run_session(tmp_path, SAMPLE)
-    assert "1 failed, 11 passed, 1 skipped" in proc.stdout, proc.stdout
+    assert "1 failed, 12 passed, 1 skipped" in proc.stdout, proc.stdout
     section = stand_ins_section(proc.stdout)
     assert {heading: tests for heading, (_, tests) in section.items()} == {
         summary_notes.heading(name): tests for name, tests in EXPECTED.items()

@@ -1,0 +1,140 @@
+"""Restarts in place, the controller's side, on the control plane: the reporter sidecars' link is
+a stand-in here (kwok runs no process: `post_state` sends what `sidecar/inplace.py` sends, with a
+pod-bound token the API server minted), the controller is the real program with its endpoint. The
+real node proves the in-pod side with torch (test/e2e/test_realnode.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from jobs import make_job, queue_manifest
+from reports import Replica, replica, token, wait_to_lead, worker_pod
+from summary_notes import SUPERVISOR_LINK
+from testbed import Cluster, wait_until
+
+from controller.rest import RESTClient, load_config
+
+PERIOD = 3.0
+
+
+class Bed(NamedTuple):
+    namespace: str
+    queue: str
+    logs: Path
+    rest: RESTClient
+
+
+@pytest.fixture(scope="module")
+def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    cluster.create_namespace(ns)
+    cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "20m"}))
+    yield Bed(ns, queue, tmp_path_factory.mktemp("inplace"), RESTClient(load_config(str(cluster.kubeconfig))))
+    cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
+    cluster.delete_namespace(ns)
+
+
+@contextlib.contextmanager
+def leader(cluster: Cluster, bed: Bed, identity: str) -> Iterator[Replica]:
+    with replica(cluster, bed.namespace, bed.logs, identity, PERIOD, url=True) as one:
+        wait_to_lead(cluster, bed.namespace, identity)
+        yield one
+
+
+def post_state(url: str, tok: str, job: str, state: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    """What the sidecar's link POSTs (`{"job", "inPlace"}`) and the whole answer."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    body = json.dumps({"job": job, "inPlace": state}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {tok}"}
+    req = urllib.request.Request(url, body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def status(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    return dict(cluster.get("torchrunjob", job, "-n", ns).get("status") or {})
+
+
+def pod_uids(cluster: Cluster, ns: str, job: str) -> set[str]:
+    selector = f"torchrun-job-name={job},torchrun.ai/role=worker"
+    return {p["metadata"]["uid"] for p in cluster.get("pods", "-n", ns, "-l", selector)["items"]}
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_one_fails_the_job(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Two ranks tell their supervisors' states. Rank 1's failure in generation 0 → generation 1,
+    counted once (rank 0's late word of the same failure and a new leader hearing it again count
+    nothing), no pod deleted; a retriable code restarts in place counted in retriableFailures; with
+    `maxRestarts` spent the next failure fails the job and the word says `final`."""
+    ns = bed.namespace
+    make_job(
+        cluster,
+        ns,
+        bed.queue,
+        "ipl",
+        failurePolicy={"maxRestarts": 1, "restartMode": "InPlace", "retriableExitCodes": [75]},
+    )
+    pods = [worker_pod(cluster, ns, "ipl", rank) for rank in (0, 1)]
+    tokens = [token(bed, pod) for pod in pods]
+    uids = pod_uids(cluster, ns, "ipl")
+    with leader(cluster, bed, "replica-a") as one:
+        assert post_state(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"}) == (
+            200,
+            {"accepted": True, "message": "ok", "inPlace": {"generation": 0, "final": False}},
+        )
+        bad = post_state(one.url, tokens[0], "ipl", {"generation": "x", "state": "running"})
+        assert bad[0] == 400 and "inPlace" in bad[1]["message"]
+        assert post_state(one.url, tokens[0], "other", {"generation": 0, "state": "running"})[0] == 403
+        for tok in tokens:
+            assert post_state(one.url, tok, "ipl", {"generation": 0, "state": "running"})[0] == 200
+        wait_until(lambda: status(cluster, ns, "ipl").get("inPlaceRunningGeneration") == 0, 20)
+
+        failed = {"generation": 0, "state": "failed", "exitCode": 1}
+        assert post_state(one.url, tokens[1], "ipl", failed)[0] == 200
+        st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 1 and s, 20)
+        assert (st["restarts"], st["inPlaceRestarts"], st["restartsByReason"]) == (1, 1, {"WorkersFailed": 1})
+        assert post_state(one.url, tokens[0], "ipl", failed)[1]["inPlace"] == {
+            "generation": 1,
+            "final": False,
+        }
+    with leader(cluster, bed, "replica-b") as two:  # a failover: the new leader hears it again
+        for tok in tokens:
+            assert post_state(two.url, tok, "ipl", failed)[1]["inPlace"] == {"generation": 1, "final": False}
+        retriable = {"generation": 1, "state": "failed", "exitCode": 75}
+        assert post_state(two.url, tokens[0], "ipl", retriable)[0] == 200
+        st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 2 and s, 20)
+        assert (st["restarts"], st["inPlaceRestarts"], st.get("retriableFailures")) == (1, 1, 1)
+        assert pod_uids(cluster, ns, "ipl") == uids  # restarts in place delete no pod
+        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=ipl")["items"]
+        said = sorted(e["message"] for e in events if e["reason"] == "RestartedInPlace")
+        assert len(said) == 2 and "restart 1 of 1, in place (generation 1)" in said[0], said
+        assert "retriable failure 1 of 10, in place (generation 2)" in said[1], said
+
+        assert (
+            post_state(two.url, tokens[1], "ipl", {"generation": 2, "state": "failed", "exitCode": 1})[0]
+            == 200
+        )
+        st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("phase") == "Failed" and s, 20)
+        failed_cond = next(c for c in st["conditions"] if c["type"] == "Failed")
+        assert failed_cond["reason"] == "RestartLimitExceeded" and "node rank 1" in failed_cond["message"]
+        assert st["restarts"] == 1  # counted once, never reset
+        answer = post_state(two.url, tokens[0], "ipl", {"generation": 2, "state": "failed", "exitCode": 1})
+        assert answer[0] in (200, 403)  # the pods may be gone already (the job failed: workers deleted)
+        if answer[0] == 200:
+            assert answer[1]["inPlace"]["final"] is True
