@@ -48,7 +48,7 @@ from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import EventRecorder
 from controller.runtime.status import update_status
-from controller.torchrunjob import inplace, lifecycle, starting
+from controller.torchrunjob import lifecycle, starting
 from controller.torchrunjob import status as st
 from controller.torchrunjob.actions import Actions
 from controller.torchrunjob.admission import Admission, Refusal, admit
@@ -275,27 +275,12 @@ class TorchrunJobReconciler:
             # failed pods may be cleaned up by someone else: the count never goes down in an attempt
             failures = max(found, status.retriable_failures)
             seen = seen.then(Decision(changes={"retriable_failures": failures}))
-            failure = self.in_place.failure(job, attempt.job["metadata"]["uid"], status)
-            if failure is not None:
-                restarted = inplace.restart(
-                    failure,
-                    status,
-                    limit=min(fp.max_restarts, self.options.restart_limit),
-                    retriable_codes=fp.retriable_exit_codes,
-                    retriable_cap=fp.max_retriable_failures,
-                    retriable_failures=failures,
-                    now=now,
-                )
-                if restarted is not None:
-                    return seen.then(restarted)
-            outcome = lifecycle.retriable_limit(failures, fp.max_retriable_failures, fp.retriable_exit_codes)
-            outcome = outcome or (failure.outcome() if failure is not None else None)
-            if outcome is None and progress.value is not None and self.in_place.on(job):
-                limit = min(fp.max_restarts, self.options.restart_limit)
-                restarted = inplace.restart_stalled(progress.value, status, limit=limit, now=now)
-                if restarted is not None:
-                    return seen.then(restarted)
-            outcome = outcome or progress.value
+            capped = lifecycle.retriable_limit(failures, fp.max_retriable_failures, fp.retriable_exit_codes)
+            limit = min(fp.max_restarts, self.options.restart_limit)
+            answer = self.in_place.decide(job, attempt, status, limit, failures, capped, progress.value, now)
+            if isinstance(answer, Decision):
+                return seen.then(answer)  # restarted in place
+            outcome = answer
         if outcome is not None:
             limit = min(fp.max_restarts, self.options.restart_limit)
             ttl = job.spec.ttl_seconds_after_finished
@@ -308,9 +293,8 @@ class TorchrunJobReconciler:
                 by_reason=status.restarts_by_reason,
             )
             return seen.then(ended)
-        if self.in_place.on(job):
-            uid = attempt.job["metadata"]["uid"]
-            seen = seen.then(self.in_place.running(job, uid, topo.nodes, status))
+        if self.in_place.on(job):  # the supervisors' generation, and a hot reload by a new one
+            seen = seen.then(self.in_place.running(job, attempt, status))
             seen = seen.then(self.reload.in_place(raw, attempt, status, now) or Decision())
         else:
             self.reload.roll(raw, attempt, status)

@@ -1,7 +1,7 @@
 """Restarts in place, the controller's side (docs/design/recovery.md).
 
 For a job that restarts in place (`manifests/inplace.in_place_on`), each worker pod's supervisor
-tells its state through its sidecar (`progress/supervisors.py`). `InPlace.failure` reads the
+tells its state through its sidecar (`progress/supervisors.py`). `InPlace.decide` reads the
 current attempt's states: the ranks whose torchrun failed in the generation the status names
 (`status.inPlaceGeneration`) — a failure of an older generation was answered already, so each is
 counted once, across leader failovers too (the generation is in the status; a new leader hears the
@@ -40,6 +40,7 @@ from controller.torchrunjob.manifests.inplace import in_place_on
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.status import Outcome
 from controller.torchrunjob.steps import Decision, Observed
+from controller.torchrunjob.workers import Attempt
 
 
 @dataclass(frozen=True)
@@ -150,18 +151,48 @@ class InPlace:
         """`job` restarts in place (its spec asks, and the controller has an endpoint)."""
         return self.supervisors is not None and in_place_on(job, self.reporter)
 
-    def failure(self, job: TorchrunJob, attempt_uid: str, status: TorchrunJobStatus) -> Failure | None:
-        """The failure to answer for `job`'s attempt (module doc); None for a job that does not
-        restart in place."""
-        if self.supervisors is None or not self.on(job):
-            return None
-        return failure_of(self.supervisors.view(job.key, attempt_uid), status.in_place_generation)
+    def decide(
+        self,
+        job: TorchrunJob,
+        attempt: Attempt,
+        status: TorchrunJobStatus,
+        limit: int,
+        retriable_failures: int,
+        capped: Outcome | None,
+        stalled: Outcome | None,
+        now: datetime,
+    ) -> Decision | Outcome | None:
+        """What ends or restarts a live attempt: for a job that restarts in place, a told failure
+        restarts it (`restart`), else a stall does (`restart_stalled`) — a `Decision`; otherwise the
+        `Outcome` that ends it, as for any job: `capped` (the retriable-failure cap), a told failure
+        with no restart left, `stalled` (onStall Restart); None while it runs on."""
+        if not self.on(job):
+            return capped or stalled
+        assert self.supervisors is not None
+        states = self.supervisors.view(job.key, attempt.job["metadata"]["uid"])
+        failure = failure_of(states, status.in_place_generation)
+        if failure is not None:
+            fp = job.spec.failure_policy
+            restarted = restart(
+                failure,
+                status,
+                limit=limit,
+                retriable_codes=fp.retriable_exit_codes,
+                retriable_cap=fp.max_retriable_failures,
+                retriable_failures=retriable_failures,
+                now=now,
+            )
+            return restarted or capped or failure.outcome()
+        if capped is None and stalled is not None:
+            return restart_stalled(stalled, status, limit=limit, now=now) or stalled
+        return capped or stalled
 
-    def running(self, job: TorchrunJob, attempt_uid: str, nodes: int, status: TorchrunJobStatus) -> Decision:
+    def running(self, job: TorchrunJob, attempt: Attempt, status: TorchrunJobStatus) -> Decision:
         """`status.inPlaceRunningGeneration` raised to `running_generation` of the states, when
         that is higher (never lowered in an attempt: a restart's ranks pass through `failed`)."""
         assert self.supervisors is not None
-        running = running_generation(self.supervisors.view(job.key, attempt_uid), nodes)
+        states = self.supervisors.view(job.key, attempt.job["metadata"]["uid"])
+        running = running_generation(states, attempt.topology.nodes)
         have = status.in_place_running_generation
         if running is None or (have is not None and running <= have):
             return Decision()
