@@ -175,7 +175,12 @@ class ProgressEndpoint(Listener):
         if raw_job is None:
             return 404, f"TorchrunJob {reporter.key} is gone"
         if state is not None and self.supervisors.tell(
-            reporter.key, attempt=reporter.attempt, rank=reporter.rank, state=state, now=now
+            reporter.key,
+            attempt=reporter.attempt,
+            rank=reporter.rank,
+            state=state,
+            now=now,
+            pod=reporter.pod_uid,
         ):
             self.enqueue(reporter.key)
         return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt)

@@ -87,6 +87,7 @@ class Reporter:
     attempt: str  # the worker Job's UID
     rank: int  # the pod's completion index: its node rank
     pod: str
+    pod_uid: str = ""
 
 
 def identity_of(review_status: Mapping[str, Any]) -> PodIdentity | Refusal:
@@ -136,7 +137,7 @@ def prove(
     rank = _rank(where, pod, worker_job)
     if isinstance(rank, Refusal):
         return rank
-    return Reporter(f"{identity.namespace}/{claimed}", owner.uid, str(ref["uid"]), rank, where)
+    return Reporter(f"{identity.namespace}/{claimed}", owner.uid, str(ref["uid"]), rank, where, identity.uid)
 
 
 def _rank(where: str, pod: Obj, worker_job: Obj) -> int | Refusal:

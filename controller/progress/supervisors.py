@@ -1,11 +1,13 @@
 """The leader's memory of the in-place supervisors, and the word each is answered (pure, no I/O).
 
-`SupervisorStates` keeps, per job, the latest state each rank's supervisor told through its
-sidecar (`sidecar/inplace.py`: generation, running/failed/..., torchrun's exit code) and when it
-arrived — for the current attempt only (a report from another worker Job replaces the entry) and
-at most `MAX_RANKS` ranks. `tell` answers True when the state changed: the endpoint enqueues the
-job then (states change a few times per restart, so a 256-node restart is 256 enqueues that the
-workqueue folds into one pass). Thread-safe: the endpoint's threads write, the reconcilers read.
+`SupervisorStates` keeps, per job, the latest state each rank's supervisor told through its sidecar
+(`sidecar/inplace.py`: generation, running/failed/..., torchrun's exit code) and when it arrived,
+and which pod told it — for the current attempt only (a report from another worker Job replaces the
+entry) and at most `MAX_RANKS` ranks. `tell` answers True when the state changed: the endpoint
+enqueues the job then (states change a few times per restart, so a 256-node restart is 256 enqueues
+that the workqueue folds into one pass). A rank's state told by another pod than before is a
+replaced pod (a lost node's, recreated by the worker Job): `replaced` remembers the generation the
+old pod was in. Thread-safe: the endpoint's threads write, the reconcilers read.
 
 `word(job, worker_job, attempt_uid)` is what the endpoint answers a supervisor: the generation
 every pod of the job's current attempt should run (`status.inPlaceGeneration`), `final` when that
@@ -34,12 +36,14 @@ class Told:
 
     state: State
     at: datetime
+    pod: str = ""  # the UID of the pod that told it
 
 
 @dataclass
 class _Entry:
     attempt: str  # the worker Job's UID
     ranks: dict[int, Told] = field(default_factory=dict)
+    replaced: dict[int, int] = field(default_factory=dict)  # rank -> the generation its old pod was in
 
 
 class SupervisorStates:
@@ -47,8 +51,10 @@ class SupervisorStates:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
 
-    def tell(self, key: str, *, attempt: str, rank: int, state: State, now: datetime) -> bool:
-        """Keep rank `rank`'s `state`; True when it changed (module doc)."""
+    def tell(self, key: str, *, attempt: str, rank: int, state: State, now: datetime, pod: str = "") -> bool:
+        """Keep rank `rank`'s `state`, told by pod `pod`; True when it changed (module doc). A
+        state from another pod than the rank's last one is a replaced pod: `replaced` remembers
+        the generation the old pod was in."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.attempt != attempt:
@@ -56,10 +62,19 @@ class SupervisorStates:
             previous = entry.ranks.get(rank)
             if previous is None and len(entry.ranks) >= MAX_RANKS:
                 return False
-            entry.ranks[rank] = Told(
-                state, now if previous is None or previous.state != state else previous.at
-            )
-            return previous is None or previous.state != state
+            moved = previous is not None and bool(pod) and previous.pod not in ("", pod)
+            if moved and previous is not None:
+                entry.replaced[rank] = previous.state.generation
+            same = previous is not None and previous.state == state and not moved
+            entry.ranks[rank] = Told(state, previous.at if same and previous is not None else now, pod)
+            return not same
+
+    def replaced(self, key: str, attempt: str) -> dict[int, int]:
+        """The ranks of `key`'s worker Job `attempt` whose pod was replaced, and the generation the
+        old pod was in."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return dict(entry.replaced) if entry is not None and entry.attempt == attempt else {}
 
     def view(self, key: str, attempt: str) -> dict[int, Told]:
         """A copy of the states of `key`'s ranks in worker Job `attempt` (empty: none told)."""

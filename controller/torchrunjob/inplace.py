@@ -16,6 +16,9 @@ failed states again from the sidecars, which repeat them while they wait).
   in the same status write;
 - none left: None — the caller ends the attempt as for a failed worker Job
   (`lifecycle.attempt_ended`: the job fails), and the supervisors, answered `final`, end their pods.
+`rejoin`: a rank whose pod was replaced in the current generation (a lost node's pod, recreated by
+the worker Job) makes the next generation, not counted — the new pod could not join the closed
+rendezvous, the survivors restart into a new one with it.
 `restart_stalled` does the same for `onStall: Restart` (`Stalled`, `StartupStalled`): the hung
 workers restart in their pods, counted in `restarts` by that reason. Each restart in place also
 writes `status.inPlaceRestartTime`, where the stall and startup clocks start again
@@ -82,6 +85,18 @@ def running_generation(states: Mapping[int, Told], nodes: int) -> int | None:
             return None
         generations.append(told.state.generation)
     return min(generations, default=None)
+
+
+def rejoin(replaced: Mapping[int, int], status: TorchrunJobStatus, now: datetime) -> Decision | None:
+    """The next generation when a rank's pod was replaced while the current one ran (`replaced`:
+    rank → the generation its old pod was in): the new pod cannot join a rendezvous that closed,
+    so every rank restarts into a new one. Not counted as a restart (the pod's loss is the node's,
+    as for the recreate path); None when no rank was replaced in the current generation."""
+    ranks = sorted(rank for rank, generation in replaced.items() if generation == status.in_place_generation)
+    if not ranks:
+        return None
+    cause = f"the pod of node rank {', '.join(map(str, ranks))} was replaced"
+    return _next_generation(status, {}, "a new rendezvous for every rank", cause, now)
 
 
 def _counted(status: TorchrunJobStatus, limit: int, reason: str) -> dict[str, object] | None:
@@ -183,6 +198,9 @@ class InPlace:
                 now=now,
             )
             return restarted or capped or failure.outcome()
+        replaced = self.supervisors.replaced(job.key, attempt.job["metadata"]["uid"])
+        if capped is None and (rejoined := rejoin(replaced, status, now)) is not None:
+            return rejoined
         if capped is None and stalled is not None:
             return restart_stalled(stalled, status, limit=limit, now=now) or stalled
         return capped or stalled

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -22,6 +23,7 @@ from summary_notes import SUPERVISOR_LINK
 from testbed import Cluster, wait_until
 
 from controller.rest import RESTClient, load_config
+from controller.rest.resources import PODS
 
 PERIOD = 3.0
 
@@ -138,3 +140,39 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         assert answer[0] in (200, 403)  # the pods may be gone already (the job failed: workers deleted)
         if answer[0] == 200:
             assert answer[1]["inPlace"]["final"] is True
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rendezvous(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Rank 1's pod is evicted (what the node lifecycle does to a lost node's pods: the
+    DisruptionTarget condition, which the worker Job's podFailurePolicy ignores) → the worker Job
+    makes a new pod for rank 1 → its supervisor's first state comes from a new pod → the controller
+    names the next generation, not counted as a restart; the survivor is told at its next post.
+    The times of each step are printed."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "lost", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
+    pods = [worker_pod(cluster, ns, "lost", rank) for rank in (0, 1)]
+    tokens = [token(bed, pod) for pod in pods]
+    with leader(cluster, bed, "replica-c") as one:
+        for tok in tokens:
+            assert post_state(one.url, tok, "lost", {"generation": 0, "state": "running"})[0] == 200
+        wait_until(lambda: status(cluster, ns, "lost").get("inPlaceRunningGeneration") == 0, 20)
+        started = time.monotonic()
+        bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
+        replacement = worker_pod(cluster, ns, "lost", 1, not_uids=frozenset({pods[1]["metadata"]["uid"]}))
+        running = time.monotonic() - started
+        assert (
+            post_state(one.url, token(bed, replacement), "lost", {"generation": 0, "state": "waiting"})[0]
+            == 200
+        )
+        st = wait_until(lambda: (s := status(cluster, ns, "lost")).get("inPlaceGeneration") == 1 and s, 20)
+        told = time.monotonic() - started
+        assert not st.get("restarts") and not st.get("inPlaceRestarts"), st  # the node's loss, not a failure
+        survivor = post_state(one.url, tokens[0], "lost", {"generation": 0, "state": "running"})
+        assert survivor[1]["inPlace"] == {"generation": 1, "final": False}
+        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=lost")["items"]
+        said = [e["message"] for e in events if e["reason"] == "RestartedInPlace"]
+        assert any("the pod of node rank 1 was replaced" in m for m in said), said
+        print(f"lost pod: replacement Running after {running:.1f} s, survivors told after {told:.1f} s")

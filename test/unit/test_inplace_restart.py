@@ -30,7 +30,7 @@ from controller.progress.sidecar.inplace import (
 from controller.progress.stall import RankState, decide
 from controller.progress.supervisors import SupervisorStates, Told, word
 from controller.sync import layout
-from controller.torchrunjob.inplace import failure_of, restart, restart_stalled, running_generation
+from controller.torchrunjob.inplace import failure_of, rejoin, restart, restart_stalled, running_generation
 from controller.torchrunjob.progress import later
 from controller.torchrunjob.reload import reload_in_place
 from controller.torchrunjob.status import Outcome
@@ -446,3 +446,23 @@ def test_a_later_generation_copies_the_newest_code_before_torchrun_starts(
     assert pod.wait() == 0
     assert (code / "train.py").read_text() == "new\n"
     assert pod.told()["workspace"] == 2
+
+
+def test_a_rank_told_by_another_pod_was_replaced_and_makes_one_new_rendezvous() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    states = SupervisorStates()
+    for rank in (0, 1):
+        states.tell(
+            "ns/j", attempt="a", rank=rank, state=State(2, "running", None), now=now, pod=f"old-{rank}"
+        )
+    assert states.replaced("ns/j", "a") == {}
+    assert not states.tell("ns/j", attempt="a", rank=1, state=State(2, "running", None), now=now, pod="old-1")
+    # the lost node's pod is recreated: its supervisor waits for its first word
+    assert states.tell("ns/j", attempt="a", rank=1, state=State(0, "waiting", None), now=now, pod="new-1")
+    assert states.replaced("ns/j", "a") == {1: 2}
+    status = TorchrunJobStatus(restarts=1, in_place_restarts=1, in_place_generation=2)
+    decided = rejoin(states.replaced("ns/j", "a"), status, now)
+    assert decided is not None and decided.changes == {"in_place_generation": 3, "in_place_restart_time": now}
+    assert "the pod of node rank 1 was replaced" in decided.conditions[0].message  # not a restart
+    moved_on = TorchrunJobStatus(in_place_generation=3)
+    assert rejoin(states.replaced("ns/j", "a"), moved_on, now) is None  # answered once
