@@ -92,10 +92,10 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         "ipl",
         failurePolicy={"maxRestarts": 1, "restartMode": "InPlace", "retriableExitCodes": [75]},
     )
-    pods = [worker_pod(cluster, ns, "ipl", rank) for rank in (0, 1)]
-    tokens = [token(bed, pod) for pod in pods]
-    uids = pod_uids(cluster, ns, "ipl")
     with leader(cluster, bed, "replica-a") as one:
+        pods = [worker_pod(cluster, ns, "ipl", rank) for rank in (0, 1)]
+        tokens = [token(bed, pod) for pod in pods]
+        uids = pod_uids(cluster, ns, "ipl")
         assert post_state(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"}) == (
             200,
             {"accepted": True, "message": "ok", "inPlace": {"generation": 0, "final": False}},
@@ -153,9 +153,9 @@ def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rende
     The times of each step are printed."""
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "lost", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
-    pods = [worker_pod(cluster, ns, "lost", rank) for rank in (0, 1)]
-    tokens = [token(bed, pod) for pod in pods]
     with leader(cluster, bed, "replica-c") as one:
+        pods = [worker_pod(cluster, ns, "lost", rank) for rank in (0, 1)]
+        tokens = [token(bed, pod) for pod in pods]
         for tok in tokens:
             assert post_state(one.url, tok, "lost", {"generation": 0, "state": "running"})[0] == 200
         wait_until(lambda: status(cluster, ns, "lost").get("inPlaceRunningGeneration") == 0, 20)

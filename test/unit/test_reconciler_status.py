@@ -18,6 +18,7 @@ from controller.rest.errors import ApiError
 from controller.rest.resources import EVENTS, SERVICES
 from controller.runtime import Result
 from controller.runtime.events import EventRecorder
+from controller.runtime.status import update_status
 from controller.torchrunjob.controller import TorchrunJobReconciler
 from controller.torchrunjob.kueue import KueueWorkloads
 from controller.torchrunjob.podgroups import PodGroups
@@ -62,7 +63,8 @@ class Client:
     def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         assert resource == TORCHRUNJOBS
         self.statuses.append(obj["status"])
-        return obj
+        version = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)  # the API server stored it
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
 
     def create(self, resource: Resource, obj: dict[str, Any], *_: Any, **__: Any) -> dict[str, Any]:
         self._maybe_fail("create", resource)
@@ -198,3 +200,19 @@ def test_a_job_deleted_mid_pass_during_a_hot_reload_still_gets_its_reload_event(
     (event,) = [e for e in client.events if e["reason"] == "WorkspaceReloaded"]
     assert (event["involvedObject"]["name"], event["involvedObject"]["uid"]) == ("j", "u-1")
     assert event["message"].startswith("workspace generation 2 synced: restarting 2 worker pod(s)")
+
+
+def test_a_status_write_that_stored_nothing_is_no_write() -> None:
+    """The API server answers with the cached resourceVersion when it pruned every field that
+    changed (a CRD older than the controller): no watch event follows, so the caller must not wait
+    for one (`JobUpdater.cache_behind` would hold the job forever)."""
+
+    class Pruning(Client):
+        def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+            self.statuses.append(obj["status"])
+            return {**obj, "status": JOB.get("status", {})}  # stored as it was: same version
+
+    pruning = Pruning()
+    assert update_status(pruning, TORCHRUNJOBS, JOB, {"inPlaceRunningGeneration": 0}) is False
+    assert pruning.statuses == [{"inPlaceRunningGeneration": 0}]  # it was sent
+    assert update_status(Client(), TORCHRUNJOBS, JOB, {"inPlaceRunningGeneration": 0}) is True
