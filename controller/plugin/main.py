@@ -97,6 +97,12 @@ def _add_submit(sub: argparse._SubParsersAction[Parser], common: Parser) -> None
         help="whole-job restarts after a failure (spec.failurePolicy.maxRestarts; default 0)",
     )
     p.add_argument(
+        "--restart-in-place",
+        action="store_true",
+        help="restart torchrun inside the pods after a failure, a stall or a hot reload instead of "
+        "recreating them (spec.failurePolicy.restartMode: InPlace)",
+    )
+    p.add_argument(
         "--min-nodes", type=at_least(1), metavar="N", help="elastic: fewest nodes (spec.elastic.minNodes)"
     )
     p.add_argument(
@@ -199,7 +205,7 @@ def _submit(args: argparse.Namespace, console: Console, cwd: Path) -> int:
     )  # fmt: skip
     flags = SpecFlags(
         max_restarts=args.max_restarts, min_nodes=args.min_nodes, max_nodes=args.max_nodes,
-        deadline=args.deadline, ttl=args.ttl, suspend=args.suspend,
+        deadline=args.deadline, ttl=args.ttl, suspend=args.suspend, in_place=args.restart_in_place,
     )  # fmt: skip
     manifest = job_to_submit(spec, flags, cwd.resolve().name, base)
     namespace = manifest["metadata"].get("namespace")

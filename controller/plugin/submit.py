@@ -62,6 +62,7 @@ class SpecFlags:
     deadline: int | None = None  # activeDeadlineSeconds
     ttl: int | None = None  # ttlSecondsAfterFinished
     suspend: bool = False  # suspend
+    in_place: bool = False  # failurePolicy.restartMode: InPlace
 
 
 def read_manifest(path: Path) -> JSON:
@@ -155,6 +156,8 @@ def _set_fields(body: JSON, flags: SpecFlags) -> None:
     """Each flag given replaces its field of the spec `body`."""
     if flags.max_restarts is not None:
         body["failurePolicy"] = {**(body.get("failurePolicy") or {}), "maxRestarts": flags.max_restarts}
+    if flags.in_place:
+        body["failurePolicy"] = {**(body.get("failurePolicy") or {}), "restartMode": "InPlace"}
     if flags.min_nodes is not None or flags.max_nodes is not None:
         elastic = {**(body.get("elastic") or {})}
         for key, value in (("minNodes", flags.min_nodes), ("maxNodes", flags.max_nodes)):

@@ -142,6 +142,14 @@ def waiting_line(job: JSON) -> str | None:
     return held_up(job)
 
 
+def _restarts_said(job: JSON) -> str:
+    """`restarts N`, and how many of them ran in place when any did."""
+    status = job.get("status") or {}
+    said = f"restarts {status.get('restarts', 0)}"
+    in_place = status.get("inPlaceRestarts") or 0
+    return f"{said}, {in_place} in place" if in_place else said
+
+
 def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: datetime.datetime) -> str:
     """The `status` page: phase, workspace generation, checkpoints, progress, goodput, conditions,
     pods per node, recent Events."""
@@ -153,7 +161,7 @@ def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: da
         f"Queue:      {spec.get('jobQueue', '')}",
         f"Command:    {spec.get('command', '')}",
         f"Size:       {nodes} nodes, {gpus} GPUs",
-        f"Phase:      {phase(job)}    (restarts {(job.get('status') or {}).get('restarts', 0)})",
+        f"Phase:      {phase(job)}    ({_restarts_said(job)})",
         *([f"Waiting:    {line}"] if (line := waiting_line(job)) else []),
         f"Workspace:  {_workspace_line(job)}",
         *_checkpoint_lines(job, now),

@@ -336,6 +336,8 @@ def test_list_and_status_read_like_kubectl() -> None:
     }
     text = status_text(running, pods, [event], NOW)
     assert "Phase:      Running    (restarts 1)" in text
+    in_place = {**running, "status": {**running["status"], "restarts": 3, "inPlaceRestarts": 2}}
+    assert "Phase:      Running    (restarts 3, 2 in place)" in status_text(in_place, pods, [], NOW)
     assert (
         "Workspace:  source upload, wanted generation 0, running generation 1 (sha256 ffffffffffff)" in text
     )

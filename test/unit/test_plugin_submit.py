@@ -49,6 +49,10 @@ def test_lifecycle_flags_produce_their_spec_fields(capsys: pytest.CaptureFixture
     assert spec["numNodes"] == 1  # no --nodes: an elastic job starts at its fewest nodes
     assert "ttlSecondsAfterFinished" not in spec and "suspend" not in spec
 
+    in_place = ["--queue", "q", "--nodes", "2", "--max-restarts", "3", "--restart-in-place", "x"]
+    spec = dry_run(in_place, capsys)["spec"]
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartMode": "InPlace"}
+
     spec = dry_run(["--queue", "q", "--nodes", "2", "--ttl", "90m", "--suspend", "x"], capsys)["spec"]
     assert (spec["ttlSecondsAfterFinished"], spec["suspend"], spec["numNodes"]) == (5400, True, 2)
     assert "elastic" not in spec and "failurePolicy" not in spec and "activeDeadlineSeconds" not in spec
