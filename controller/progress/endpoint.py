@@ -134,14 +134,9 @@ class ProgressEndpoint(Listener):
             saved = parse_saved(body.get("checkpoint"))  # nonsense is no checkpoint, not a refusal
         except (ValueError, KeyError, TypeError, RecursionError):
             return 400, 'expected {"job": NAME, "record": {...}, "secondsSinceChange": SECONDS}'
-        try:
-            reporter = self.prove(auth[7:].strip(), job)
-        except ApiError as exc:
-            log.warning("token review failed", error=str(exc))
-            return 503, "token review failed: retry"
-        if isinstance(reporter, Refusal):
-            self.refusals.said(reporter.status, reporter.message)
-            return reporter.status, reporter.message
+        reporter = self.proven(auth[7:].strip(), job)
+        if isinstance(reporter, tuple):
+            return reporter
         if self.store.report(
             reporter.key,
             job_uid=reporter.job_uid,
@@ -162,14 +157,9 @@ class ProgressEndpoint(Listener):
         state = parse_state(body.get("inPlace"))
         if not isinstance(job, str) or (body.get("inPlace") is not None and state is None):
             return 400, 'expected {"job": NAME, "inPlace": {"generation": G, "state": S, "exitCode": C}}'
-        try:
-            reporter = self.prove(token, job)
-        except ApiError as exc:
-            log.warning("token review failed", error=str(exc))
-            return 503, "token review failed: retry"
-        if isinstance(reporter, Refusal):
-            self.refusals.said(reporter.status, reporter.message)
-            return reporter.status, reporter.message
+        reporter = self.proven(token, job)
+        if isinstance(reporter, tuple):
+            return reporter
         ns, _, name = reporter.key.partition("/")
         raw_job = self.jobs.get(name, ns)
         if raw_job is None:
@@ -184,6 +174,19 @@ class ProgressEndpoint(Listener):
         ):
             self.enqueue(reporter.key)
         return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt)
+
+    def proven(self, token: str, job: str) -> Reporter | tuple[int, str]:
+        """The reporter `token` proves for `job`, or the answer to send: a refusal (said in the
+        sampled log), or 503 when the token review itself failed."""
+        try:
+            reporter = self.prove(token, job)
+        except ApiError as exc:
+            log.warning("token review failed", error=str(exc))
+            return 503, "token review failed: retry"
+        if isinstance(reporter, Refusal):
+            self.refusals.said(reporter.status, reporter.message)
+            return reporter.status, reporter.message
+        return reporter
 
     def prove(self, token: str, job: str) -> Reporter | Refusal:
         identity = self.reviewer.review(token)

@@ -962,6 +962,10 @@ def test_a_job_whose_workers_cannot_start_says_why_in_the_kubelets_words(
 # warned of. A test that fails one run in a few would make CI a coin toss; it is defined only when
 # the bench asks for it.
 IN_PLACE_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RUNS", "0"))
+# 16 steps of 0.5 s, a checkpoint every 4: rank 1 exits 1 after step 9 of its first workers
+CRASH_AFTER_9 = (
+    "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
+)
 IN_PLACE_MAX_RESTARTS = int(os.environ.get("TORCHRUN_IN_PLACE_MAX_RESTARTS", "3"))
 
 
@@ -974,9 +978,7 @@ def in_place_restart_resumes_from_the_newest_checkpoint_not_the_start_s_choice(
     empty), because the helper scans again after an in-place restart."""
     cluster = real.cluster
     queue = checkpoint_queue(real, f"ip-{namespace}", keep=20)
-    command = (
-        "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
-    )
+    command = CRASH_AFTER_9
     spec = {
         "jobQueue": queue,
         "numNodes": 2,
@@ -1087,9 +1089,7 @@ def crash_job(
     1 after step 9 of its first workers; `maxRestarts: 1` in restart mode `mode`. Returns the final
     status, the pods' timed logs and every worker pod UID seen."""
     queue = checkpoint_queue(real, f"rc-{namespace}", keep=20)
-    command = (
-        "python train_checkpoint.py --steps 16 --every 4 --step-seconds 0.5 --fail-rank 1 --fail-after 9"
-    )
+    command = CRASH_AFTER_9
     spec = {
         "jobQueue": queue,
         "numNodes": 2,
