@@ -81,6 +81,11 @@ class JobConditionType:
     PROGRESSING = "Progressing"  # set once the job reported; False: Stalled, Unknown: ReportingLost
 
 
+class RestartMode(str, enum.Enum):
+    RECREATE = "Recreate"  # every restart makes a new worker Job (new pods)
+    IN_PLACE = "InPlace"  # failures, stall restarts and reloads restart torchrun inside the pods
+
+
 @cel(
     Rule(
         "!has(self.permanentExitCodes) || !has(self.retriableExitCodes) || "
@@ -89,11 +94,6 @@ class JobConditionType:
         field_path=".retriableExitCodes",
     )
 )
-class RestartMode(str, enum.Enum):
-    RECREATE = "Recreate"  # every restart makes a new worker Job (new pods)
-    IN_PLACE = "InPlace"  # failures, stall restarts and reloads restart torchrun inside the pods
-
-
 @dataclass(frozen=True)
 class FailurePolicy:
     """What a failure costs: restarts of a node's pod, of the whole job, or nothing."""

@@ -113,7 +113,12 @@ def test_defaults_appear_on_objects_read_back(
         "maxRestarts": 0,
     }
     assert job["workspace"] == {"source": "upload", "mountPath": "/app", "generation": 0}
-    assert job["failurePolicy"] == {"maxRestarts": 0, "backoffLimitPerNode": 0, "maxRetriableFailures": 10}
+    assert job["failurePolicy"] == {
+        "maxRestarts": 0,
+        "backoffLimitPerNode": 0,
+        "maxRetriableFailures": 10,
+        "restartMode": "Recreate",
+    }
     assert job["suspend"] is False
 
 
