@@ -18,7 +18,8 @@ failed states again from the sidecars, which repeat them while they wait).
   (`lifecycle.attempt_ended`: the job fails), and the supervisors, answered `final`, end their pods.
 `rejoin`: a rank whose pod was replaced in the current generation (a lost node's pod, recreated by
 the worker Job) makes the next generation, not counted — the new pod could not join the closed
-rendezvous, the survivors restart into a new one with it.
+rendezvous, the survivors restart into a new one with it. The replacement is known by the pod UID
+the leader heard before, or, after a leader failover, from the status alone (`newcomers`).
 `restart_stalled` does the same for `onStall: Restart` (`Stalled`, `StartupStalled`): the hung
 workers restart in their pods, counted in `restarts` by that reason. Each restart in place also
 writes `status.inPlaceRestartTime`, where the stall and startup clocks start again
@@ -87,12 +88,29 @@ def running_generation(states: Mapping[int, Told], nodes: int) -> int | None:
     return min(generations, default=None)
 
 
-def rejoin(replaced: Mapping[int, int], status: TorchrunJobStatus, now: datetime) -> Decision | None:
+def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus) -> list[int]:
+    """The ranks whose supervisor waits for its first word although every rank was running the
+    current generation (`status.inPlaceRunningGeneration` reached `inPlaceGeneration`): a
+    supervisor tells `waiting` only before it starts anything, so such a rank's pod came after the
+    rendezvous closed — a replacement. Read from the status, this holds across a leader failover,
+    where the memory of the old pod (`SupervisorStates.replaced`) is gone."""
+    if status.in_place_running_generation != status.in_place_generation:
+        return []
+    return sorted(rank for rank, told in states.items() if told.state.state == "waiting")
+
+
+def rejoin(
+    replaced: Mapping[int, int], waiting: Collection[int], status: TorchrunJobStatus, now: datetime
+) -> Decision | None:
     """The next generation when a rank's pod was replaced while the current one ran (`replaced`:
-    rank → the generation its old pod was in): the new pod cannot join a rendezvous that closed,
-    so every rank restarts into a new one. Not counted as a restart (the pod's loss is the node's,
-    as for the recreate path); None when no rank was replaced in the current generation."""
-    ranks = sorted(rank for rank, generation in replaced.items() if generation == status.in_place_generation)
+    rank → the generation its old pod was in; `waiting`: `newcomers`): the new pod cannot join a
+    rendezvous that closed, so every rank restarts into a new one. Not counted as a restart (the
+    pod's loss is the node's, as for the recreate path); None when no rank was replaced in the
+    current generation."""
+    ranks = sorted(
+        {rank for rank, generation in replaced.items() if generation == status.in_place_generation}
+        | set(waiting)
+    )
     if not ranks:
         return None
     cause = f"the pod of node rank {', '.join(map(str, ranks))} was replaced"
@@ -199,7 +217,8 @@ class InPlace:
             )
             return restarted or capped or failure.outcome()
         replaced = self.supervisors.replaced(job.key, attempt.job["metadata"]["uid"])
-        if capped is None and (rejoined := rejoin(replaced, status, now)) is not None:
+        waiting = newcomers(states, status)
+        if capped is None and (rejoined := rejoin(replaced, waiting, status, now)) is not None:
             return rejoined
         if capped is None and stalled is not None:
             return restart_stalled(stalled, status, limit=limit, now=now) or stalled

@@ -176,3 +176,86 @@ def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rende
         said = [e["message"] for e in events if e["reason"] == "RestartedInPlace"]
         assert any("the pod of node rank 1 was replaced" in m for m in said), said
         print(f"lost pod: replacement Running after {running:.1f} s, survivors told after {told:.1f} s")
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_a_replacement_first_heard_by_a_new_leader_still_makes_a_new_rendezvous(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """The leader that heard rank 1's old pod is gone before the replacement's first word: the new
+    leader knows the replacement from the status alone (every rank had run generation 0, yet rank
+    1 waits for its first word) and names generation 1, not counted as a restart."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "lostfo", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
+    with leader(cluster, bed, "replica-d") as one:
+        pods = [worker_pod(cluster, ns, "lostfo", rank) for rank in (0, 1)]
+        tokens = [token(bed, pod) for pod in pods]
+        for tok in tokens:
+            assert post_state(one.url, tok, "lostfo", {"generation": 0, "state": "running"})[0] == 200
+        wait_until(lambda: status(cluster, ns, "lostfo").get("inPlaceRunningGeneration") == 0, 20)
+    bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
+    replacement = worker_pod(cluster, ns, "lostfo", 1, not_uids=frozenset({pods[1]["metadata"]["uid"]}))
+    with leader(cluster, bed, "replica-e") as two:
+        assert post_state(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})[0] == 200
+        waiting = {"generation": 0, "state": "waiting"}
+        assert post_state(two.url, token(bed, replacement), "lostfo", waiting)[0] == 200
+        st = wait_until(lambda: (s := status(cluster, ns, "lostfo")).get("inPlaceGeneration") == 1 and s, 20)
+        assert not st.get("restarts") and not st.get("inPlaceRestarts"), st
+        assert post_state(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})[1][
+            "inPlace"
+        ] == {
+            "generation": 1,
+            "final": False,
+        }
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_them(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """Restart 1 in place; restart 2 recreates (rank 1's pod itself fails, as when its supervisor
+    is killed: a new worker Job, `status.attempt` 1, generation back to 0); a leader failover; the
+    old attempt's supervisors tell their failure again (answered `final` or refused, counted nothing); restart
+    3 in place in the new attempt. `restarts` ends at 3, never reset, each counted once."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "mixed", failurePolicy={"maxRestarts": 3, "restartMode": "InPlace"})
+    failed = {"generation": 0, "state": "failed", "exitCode": 1}
+    with leader(cluster, bed, "replica-f") as one:
+        old = [worker_pod(cluster, ns, "mixed", rank) for rank in (0, 1)]
+        old_tokens = [token(bed, pod) for pod in old]
+        for tok in old_tokens:
+            assert post_state(one.url, tok, "mixed", {"generation": 0, "state": "running"})[0] == 200
+        assert post_state(one.url, old_tokens[1], "mixed", failed)[0] == 200
+        wait_until(lambda: status(cluster, ns, "mixed").get("inPlaceGeneration") == 1, 20)
+        fail = {
+            "kwok.torchrun.ai/outcome": "fail",
+            "kwok.torchrun.ai/exit-code": "1",
+            "kwok.torchrun.ai/duration": "0s",
+        }
+        bed.rest.patch(PODS, old[1]["metadata"]["name"], {"metadata": {"annotations": fail}}, ns)
+        st = wait_until(lambda: (s := status(cluster, ns, "mixed")).get("restarts") == 2 and s, 60)
+        assert (st["inPlaceRestarts"], st.get("inPlaceGeneration", 0)) == (1, 0), st
+    old_uids = frozenset(p["metadata"]["uid"] for p in old)
+    with leader(cluster, bed, "replica-g") as two:
+        answer = post_state(two.url, old_tokens[0], "mixed", {**failed, "generation": 1})
+        print("the old attempt's supervisor is answered", answer)
+        assert answer[0] in (200, 403), answer  # 403: its worker Job is no longer the job's
+        if answer[0] == 200:
+            assert answer[1]["inPlace"]["final"] is True
+        new = [worker_pod(cluster, ns, "mixed", rank, not_uids=old_uids) for rank in (0, 1)]
+        owner = lambda pod: pod["metadata"]["ownerReferences"][0]["uid"]  # noqa: E731
+        assert owner(new[0]) != owner(old[0])  # a new worker Job: the attempt was recreated
+        new_tokens = [token(bed, pod) for pod in new]
+        for tok in new_tokens:
+            assert post_state(two.url, tok, "mixed", {"generation": 0, "state": "running"})[0] == 200
+        assert post_state(two.url, new_tokens[0], "mixed", failed)[0] == 200
+        st = wait_until(lambda: (s := status(cluster, ns, "mixed")).get("inPlaceGeneration") == 1 and s, 20)
+        assert (st["restarts"], st["inPlaceRestarts"]) == (3, 2), st
+        by_reason = st["restartsByReason"]  # the recreate's under the worker Job's own reason
+        assert by_reason["WorkersFailed"] == 2 and sum(by_reason.values()) == 3, by_reason
+        time.sleep(2 * PERIOD)  # passes that hear the same failure again count nothing
+        for tok in new_tokens:
+            post_state(two.url, tok, "mixed", failed)
+        time.sleep(2 * PERIOD)
+        st = status(cluster, ns, "mixed")
+        assert (st["restarts"], st["inPlaceRestarts"], st["inPlaceGeneration"]) == (3, 2, 1), st

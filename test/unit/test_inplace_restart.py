@@ -30,7 +30,14 @@ from controller.progress.sidecar.inplace import (
 from controller.progress.stall import RankState, decide
 from controller.progress.supervisors import SupervisorStates, Told, word
 from controller.sync import layout
-from controller.torchrunjob.inplace import failure_of, rejoin, restart, restart_stalled, running_generation
+from controller.torchrunjob.inplace import (
+    failure_of,
+    newcomers,
+    rejoin,
+    restart,
+    restart_stalled,
+    running_generation,
+)
 from controller.torchrunjob.progress import later
 from controller.torchrunjob.reload import reload_in_place
 from controller.torchrunjob.status import Outcome
@@ -461,8 +468,30 @@ def test_a_rank_told_by_another_pod_was_replaced_and_makes_one_new_rendezvous() 
     assert states.tell("ns/j", attempt="a", rank=1, state=State(0, "waiting", None), now=now, pod="new-1")
     assert states.replaced("ns/j", "a") == {1: 2}
     status = TorchrunJobStatus(restarts=1, in_place_restarts=1, in_place_generation=2)
-    decided = rejoin(states.replaced("ns/j", "a"), status, now)
+    decided = rejoin(states.replaced("ns/j", "a"), (), status, now)
     assert decided is not None and decided.changes == {"in_place_generation": 3, "in_place_restart_time": now}
     assert "the pod of node rank 1 was replaced" in decided.conditions[0].message  # not a restart
     moved_on = TorchrunJobStatus(in_place_generation=3)
-    assert rejoin(states.replaced("ns/j", "a"), moved_on, now) is None  # answered once
+    assert rejoin(states.replaced("ns/j", "a"), (), moved_on, now) is None  # answered once
+
+
+def test_after_a_failover_a_rank_waiting_once_every_rank_ran_is_a_replacement() -> None:
+    """A new leader has no memory of the old pod: the status says every rank ran the current
+    generation, so a supervisor waiting for its first word came after the rendezvous closed."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    states = {
+        0: Told(State(2, "running", None), now, "p0"),
+        1: Told(State(0, "waiting", None), now, "new-1"),
+    }
+    ran = TorchrunJobStatus(in_place_generation=2, in_place_running_generation=2)
+    decided = rejoin({}, newcomers(states, ran), ran, now)
+    assert decided is not None and decided.changes["in_place_generation"] == 3
+    assert "the pod of node rank 1 was replaced" in decided.conditions[0].message
+    # not while the ranks are still starting the current generation: at an attempt's start (none
+    # ran yet), and after a restart in place (the ranks run the older one until they start it)
+    for starting in (
+        TorchrunJobStatus(),
+        TorchrunJobStatus(in_place_generation=3, in_place_running_generation=2),
+    ):
+        assert newcomers(states, starting) == []
+        assert rejoin({}, newcomers(states, starting), starting, now) is None
