@@ -32,15 +32,17 @@ its QPS limit. `--diagnose` adds this controller with its own client limit out o
 Then admission (admission.py): `kubectl create` of N TorchrunJobs (as shipped and through CRD
 variants) against N PyTorchJobs, before any workload.
 
-W2 (one 256-node job: start, one pod's retry, our whole-job restart, delete) is bigjob.py's, W3
-(N jobs at rest: RSS, idle CPU, writes per resync, our reconcile pass profiled) atrest.py's, W4
-(chaos during a burst of ours: SIGKILLs of the leader, an API server restart, a forced-410
-compaction; the violation count, failover, writes from a deposed leader) chaos.py's, each on a
-control plane of its own and at both kube-controller-manager settings; `--workloads` picks among
+W2 (one 256-node job: start, one pod's retry, our whole-job restart — recreating and in place —,
+a lost node, delete) is bigjob.py's, W3 (N jobs at rest: RSS, idle CPU, writes per resync, our
+reconcile pass profiled) atrest.py's, W4 (chaos during a burst of ours: SIGKILLs of the leader, an
+API server restart, a forced-410 compaction; the violation count, failover, writes from a deposed
+leader) chaos.py's, each on a control plane of its own and at both kube-controller-manager
+settings; `--workloads` picks among
 w1, w2, w3, w4 (W1's `--subjects` apply to W1 only).
 
     python hack/bench/bench_peers.py [--jobs 200] [--admission-rounds 2] [--workloads w1,w2,w3,w4]
         [--subjects training-operator,trainer,torchrun,ceiling] [--w4-jobs 1000 --w4-kills 50]
+        [--w2-nodes 256 --w2-subjects training,torchrun,inplace --w2-settings default,production]
 """
 
 from __future__ import annotations

@@ -13,7 +13,18 @@ step's writes are its own:
    permanent, `failurePolicy.maxRestarts: 1`) → every pod replaced by the next attempt's and all
    Running. training-operator v1.9.3 has no whole-job restart: a pod failure either recreates that
    pod (OnFailure, Always, ExitCode with a retryable code) or fails the job;
-4. `delete`: the job deleted (background propagation) → every pod of the namespace gone.
+   ours in place (`restartMode: InPlace`), `whole-job restart in place`: one worker's supervisor
+   says its torchrun exited 1 → every pod's supervisor told the next generation and running it
+   (`inplace_link.Links.settled`: the acknowledgement, from a stand-in — kwok runs no process);
+4. `lost node`: the node of one Running worker pod (not rank 0) deleted → the pod garbage
+   collector deletes its pod (kube-controller-manager's 40 s quarantine of a missing node) → a
+   replacement Running on the spare node (the control plane has one node more than the job); in
+   place, also every rank told the next generation and running it. The node is created again
+   after the step (the next run's spare);
+5. `delete`: the job deleted (background propagation) → every pod of the namespace gone.
+In place, the steps also wait (untimed, before the writes are counted) until every rank's
+supervisor runs the status's generation, so a step's writes include the restart it caused; the
+pods deleted in each step are counted.
 Per step: seconds; the controller's own writes and every write in the namespace (audit log, the
 test bed's node agent left out); the controller's CPU seconds and kube-controller-manager's.
 Per run: the controller's peak RSS.
@@ -37,6 +48,7 @@ from common import (
     bench_client,
     control_plane,
     cpu_seconds,
+    free_port,
     install_crds,
     kcm_pid,
     kubectl,
@@ -45,10 +57,10 @@ from common import (
     table,
     torchrunjob,
 )
-from controllers import prepare_training_operator, pytorchjob, stop
+from controllers import TORCHRUN_USER_AGENT, prepare_training_operator, pytorchjob, stop
+from inplace_link import STAND_IN, Links
 from workload import (
     OURS,
-    SUBJECTS,
     TRAINING_OPERATOR,
     Cluster,
     Subject,
@@ -56,9 +68,9 @@ from workload import (
     writes_of,
 )
 
-from controller.api.resources import TORCHRUNQUEUES
+from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.rest import RESTClient
-from controller.rest.resources import NAMESPACES, PODS
+from controller.rest.resources import NAMESPACES, NODES, PODS
 
 GPUS = 8
 QUEUE = "big"
@@ -75,8 +87,15 @@ def big_queue() -> dict[str, Any]:
     return queue
 
 
-def big_torchrunjob(nodes: int) -> dict[str, Any]:
-    failure_policy = {"maxRestarts": 1, "retriableExitCodes": [RETRIABLE_EXIT]}
+OURS_IN_PLACE = Subject("torchrun-controller in place", TORCHRUN_USER_AGENT, TORCHRUNJOBS)
+SUBJECTS = (TRAINING_OPERATOR, OURS, OURS_IN_PLACE)
+SLUGS = {TRAINING_OPERATOR: "training", OURS: "torchrun", OURS_IN_PLACE: "inplace"}
+
+
+def big_torchrunjob(nodes: int, in_place: bool = False) -> dict[str, Any]:
+    failure_policy: dict[str, Any] = {"maxRestarts": 1, "retriableExitCodes": [RETRIABLE_EXIT]}
+    if in_place:
+        failure_policy["restartMode"] = "InPlace"
     return torchrunjob(JOB, QUEUE, nodes, failurePolicy=failure_policy)
 
 
@@ -94,6 +113,7 @@ def big_pytorchjob(nodes: int) -> dict[str, Any]:
 
 MAKE: dict[Subject, Callable[[int], dict[str, Any]]] = {
     OURS: big_torchrunjob,
+    OURS_IN_PLACE: lambda nodes: big_torchrunjob(nodes, in_place=True),
     TRAINING_OPERATOR: big_pytorchjob,
 }
 
@@ -112,6 +132,7 @@ class Pods:
 
     def __init__(self, rest: RESTClient, ns: str) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
+        self._deleted: set[str] = set()  # UIDs deleted or being deleted
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._rest, self._ns = rest, ns
@@ -130,6 +151,8 @@ class Pods:
                     if ev.type not in ("ADDED", "MODIFIED", "DELETED"):
                         continue
                     with self._lock:
+                        if ev.type == "DELETED" or meta.get("deletionTimestamp"):
+                            self._deleted.add(meta["uid"])
                         if ev.type == "DELETED":
                             self.pods.pop(meta["uid"], None)
                         else:
@@ -149,6 +172,11 @@ class Pods:
                 and (p.get("status") or {}).get("phase") == "Running"
             }
 
+    def deleted(self) -> frozenset[str]:
+        """The UIDs of the pods seen deleted or being deleted."""
+        with self._lock:
+            return frozenset(self._deleted)
+
     def count(self) -> int:
         with self._lock:
             return len(self.pods)
@@ -167,10 +195,15 @@ def _wait(done: Callable[[], bool], what: str, timeout: float = 1800) -> float:
     return time.perf_counter()
 
 
+def _worker(pods: Pods) -> tuple[str, dict[str, Any]]:
+    """One Running worker pod that is not rank 0 (the first by name): its UID and the pod."""
+    candidates = sorted(pods.running().items(), key=lambda kv: kv[1]["metadata"]["name"])
+    return next((u, p) for u, p in candidates if _rank(p) not in ("0", "master-0"))
+
+
 def _fail_one(c: Cluster, ns: str, pods: Pods, exit_code: int) -> str:
     """Make one Running worker pod (not rank 0) fail with `exit_code` through kwok; its UID."""
-    candidates = sorted(pods.running().items(), key=lambda kv: kv[1]["metadata"]["name"])
-    uid, pod = next((u, p) for u, p in candidates if _rank(p) not in ("0", "master-0"))
+    uid, pod = _worker(pods)
     annotations = {
         "kwok.torchrun.ai/outcome": "fail",
         "kwok.torchrun.ai/exit-code": str(exit_code),
@@ -188,29 +221,89 @@ def _fail_all(c: Cluster, ns: str, pods: Pods) -> frozenset[str]:
     return before
 
 
+def _fail_in_place(c: Cluster, ns: str, pods: Pods, links: Links) -> int:
+    """One worker's stand-in supervisor says torchrun exited RESTART_EXIT; the generation after
+    the status's."""
+    generation = int(links.status().get("inPlaceGeneration") or 0)
+    links.fail(_worker(pods)[0], RESTART_EXIT)
+    return generation + 1
+
+
+class LostNode:
+    """One worker pod's node, deleted (`lose`), and created again (`restore`)."""
+
+    def __init__(self, c: Cluster, pods: Pods) -> None:
+        self.c, self.pods = c, pods
+        self.node: dict[str, Any] = {}
+        self.uid = ""
+        self.deleted_at: float | None = None  # when (perf_counter) its pod was first seen deleted
+
+    def replaced(self, gone: str, nodes: int) -> bool:
+        """The lost pod's rank runs again in a new pod (noting when the old one was deleted)."""
+        if self.deleted_at is None and gone in self.pods.deleted():
+            self.deleted_at = time.perf_counter()
+        return len(self.pods.running(frozenset({gone}))) == nodes
+
+    def lose(self) -> str:
+        """Delete the node of a worker pod that is not rank 0; that pod's UID."""
+        self.uid, pod = _worker(self.pods)
+        self.deleted_at = None
+        self.node = self.c.rest.get(NODES, pod["spec"]["nodeName"])
+        self.c.rest.delete(NODES, self.node["metadata"]["name"])
+        return self.uid
+
+    def restore(self) -> None:
+        """The deleted node again: its name, labels, annotations and capacity (kwok makes it Ready)."""
+        meta = self.node["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {k: meta[k] for k in ("name", "labels", "annotations") if k in meta},
+            "spec": {},
+            "status": {"capacity": self.node["status"]["capacity"]},
+        }
+        self.c.rest.create(NODES, body)
+
+
 def run(c: Cluster, subject: Subject, ns: str, nodes: int) -> dict[str, Any]:
     """The steps of the module docstring for one subject in a fresh namespace (deleted after)."""
     c.rest.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    proc, _ = start(c, subject, ns, c.qps, c.burst)
+    extra: tuple[str, ...] = ()
+    url = ""
+    if subject == OURS_IN_PLACE:
+        port = free_port()
+        url = f"https://127.0.0.1:{port}/v1/progress"
+        extra = (f"--progress-bind-address=127.0.0.1:{port}", f"--progress-url={url}")
+    proc, _ = start(c, subject, ns, c.qps, c.burst, extra)
     pods = Pods(c.rest, ns)
+    links = Links(c.rest, ns, JOB, url, pods, c.kubeconfig.parent / f"tokens-{ns}") if extra else None
+    lost = LostNode(c, pods)
     steps: dict[str, dict[str, Any]] = {}
 
     def step(name: str, act: Callable[[], Any], done: Callable[[Any], bool]) -> None:
         window = Window(c.kubeconfig.parent, ns)
         cpu0, kcm0 = cpu_seconds(proc.pid), cpu_seconds(kcm_pid(c.kubeconfig))
+        before = frozenset(pods.running())
         t0 = time.perf_counter()
         acted = act()
         end = _wait(lambda: done(acted), f"{subject.name} {name}")
+        settled = None
+        if links is not None and name != "delete":  # every rank runs the status's generation
+            settled = _wait(lambda: links.settled(nodes), f"{subject.name} {name}: every rank running") - t0
         writes = window.wait_quiet(quiet=5, timeout=900)
         own, cluster = writes_of(subject, writes)
         steps[name] = {
             "seconds": end - t0,
+            "settled_s": settled,
+            "pods_deleted": len(before & pods.deleted()),
             "own_writes": own,
             "writes": cluster,
             "agents": by_verb(writes),
             "cpu_s": cpu_seconds(proc.pid) - cpu0,
             "kcm_cpu_s": cpu_seconds(kcm_pid(c.kubeconfig)) - kcm0,
         }
+        if name == "lost node" and lost.deleted_at is not None:
+            steps[name]["pod_deleted_s"] = lost.deleted_at - t0  # the pod garbage collector's
         brief = {k: v for k, v in steps[name].items() if k != "agents"}
         print(f"[{time.strftime('%H:%M:%S')}]   W2 {subject.name} {name}: {brief}", flush=True)
 
@@ -225,15 +318,25 @@ def run(c: Cluster, subject: Subject, ns: str, nodes: int) -> dict[str, Any]:
             lambda: _fail_one(c, ns, pods, RETRIABLE_EXIT),
             lambda failed: len(pods.running(frozenset({failed}))) == nodes,
         )
-        if subject.ours:
+        if links is not None:
+            step(
+                "whole-job restart in place",
+                lambda: _fail_in_place(c, ns, pods, links),
+                lambda generation: links.settled(nodes, generation),
+            )
+        elif subject.ours:
             step(
                 "whole-job restart",
                 lambda: _fail_all(c, ns, pods),
                 lambda before: len(pods.running(before)) == nodes,
             )
+        step("lost node", lost.lose, lambda gone: lost.replaced(gone, nodes))
+        lost.restore()
         step("delete", lambda: c.rest.delete(subject.resource, JOB, ns), lambda _: pods.count() == 0)
         return {"steps": steps, "peak_rss_mib": rss_kib(proc.pid, "VmHWM") / 1024}
     finally:
+        if links is not None:
+            links.stop()
         pods.stop()
         stop(proc)
         kubectl(c.kubeconfig, "delete", "namespace", ns, "--timeout=900s")
@@ -243,31 +346,47 @@ SETTINGS = {"default 20/30": KCM_DEFAULT, "production 100/200": KCM_PRODUCTION}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--w2-nodes", type=int, default=256, help="W2: kwok nodes and the job's nodes")
+    ap.add_argument("--w2-nodes", type=int, default=256, help="W2: the job's nodes (kwok nodes: one more)")
+    ap.add_argument(
+        "--w2-subjects",
+        default=",".join(SLUGS.values()),
+        help=f"W2: comma-separated, of {','.join(SLUGS.values())} (default all)",
+    )
+    ap.add_argument(
+        "--w2-settings", default="default,production", help="W2: kube-controller-manager client settings"
+    )
+
+
+SETTING_NAMES = {"default": "default 20/30", "production": "production 100/200"}
 
 
 def main(args: argparse.Namespace, to_home: Path) -> str:
-    """W2 on a control plane of its own, at both kube-controller-manager settings, training-operator
-    then ours at each; the tables to print."""
+    """W2 on a control plane of its own, at each chosen kube-controller-manager setting, each
+    chosen subject in turn (training-operator first); the tables to print."""
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    subjects = [s for s in SUBJECTS if SLUGS[s] in args.w2_subjects.split(",")]
+    settings = [SETTING_NAMES[name] for name in args.w2_settings.split(",")]
     results: dict[tuple[str, str], dict[str, Any]] = {}
-    with control_plane(nodes=args.w2_nodes, kcm=KCM_DEFAULT) as kubeconfig:
+    with control_plane(nodes=args.w2_nodes + 1, kcm=SETTINGS[settings[0]]) as kubeconfig:
         c = Cluster(kubeconfig, bench_client(kubeconfig), to_home, args.threads, args.qps, args.burst)
         install_crds(kubeconfig, REPO / "crd")
         c.rest.create(TORCHRUNQUEUES, big_queue())
-        prepare_training_operator(kubeconfig, c.rest, to_home)
-        for setting, kcm in SETTINGS.items():
-            if kcm != KCM_DEFAULT:
+        if TRAINING_OPERATOR in subjects:
+            prepare_training_operator(kubeconfig, c.rest, to_home)
+        for setting in settings:
+            kcm = SETTINGS[setting]
+            if setting != settings[0]:
                 restart_kube_controller_manager(c.kubeconfig, kcm, c.rest)
-            for subject in SUBJECTS:
-                ns = f"w2-{subject.name.split('-')[0]}-{kcm[0]}"
+            for subject in subjects:
+                ns = f"w2-{SLUGS[subject]}-{kcm[0]}"
                 results[(setting, subject.name)] = run(c, subject, ns, args.w2_nodes)
     head = (
-        f"W2 one big job, {started}: {args.w2_nodes} kwok nodes of {GPUS} GPUs, one job of "
-        f"{args.w2_nodes} pods of {GPUS} GPUs; controllers at client QPS {args.qps} / burst "
-        f"{args.burst}, {args.threads} workers"
+        f"W2 one big job, {started}: {args.w2_nodes + 1} kwok nodes of {GPUS} GPUs (one spare for the "
+        f"lost node's replacement), one job of {args.w2_nodes} pods of {GPUS} GPUs; controllers at "
+        f"client QPS {args.qps} / burst {args.burst}, {args.threads} workers"
     )
-    return f"{head}\n\n{steps_table(results)}\n\n{writers_table(results)}"
+    stand_in = f"STAND-IN: {STAND_IN}" if OURS_IN_PLACE in subjects else ""
+    return f"{head}\n\n{steps_table(results)}\n\n{writers_table(results)}\n\n{stand_in}".rstrip()
 
 
 def by_verb(writes: list[dict[str, Any]]) -> dict[str, int]:
@@ -292,19 +411,26 @@ def writers_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
 
 
 def steps_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """One row per setting, subject and step; seconds as a ratio to training-operator's same step."""
+    """One row per setting, subject and step; seconds as a ratio to training-operator's same step
+    (when it ran); in place, the seconds until every rank ran the status's generation."""
     rows = []
     for (setting, name), r in results.items():
-        peer = results[(setting, TRAINING_OPERATOR.name)]["steps"]
+        peer = (results.get((setting, TRAINING_OPERATOR.name)) or {}).get("steps", {})
         for step, m in r["steps"].items():
             ratio = f"{m['seconds'] / peer[step]['seconds']:.2f}×" if step in peer else "-"
+            settled = "-" if m.get("settled_s") is None else f"{m['settled_s']:.1f}"
+            seconds = f"{m['seconds']:.1f}"
+            if "pod_deleted_s" in m:
+                seconds += f" (pod deleted {m['pod_deleted_s']:.1f})"
             rows.append(
                 [
                     setting,
                     name,
                     step,
-                    f"{m['seconds']:.1f}",
+                    seconds,
                     ratio,
+                    settled,
+                    m["pods_deleted"],
                     m["own_writes"],
                     m["writes"],
                     f"{m['cpu_s']:.1f}",
@@ -312,5 +438,5 @@ def steps_table(results: dict[tuple[str, str], dict[str, Any]]) -> str:
                     f"{r['peak_rss_mib']:.0f}",
                 ]
             )
-    headers = ["kcm client", "subject", "step", "seconds", "÷ t-o", "own writes", "all writes"]
-    return table([*headers, "CPU s", "kcm CPU s", "peak RSS MiB"], rows)
+    headers = ["kcm client", "subject", "step", "seconds", "÷ t-o", "every rank running s", "pods deleted"]
+    return table([*headers, "own writes", "all writes", "CPU s", "kcm CPU s", "peak RSS MiB"], rows)
