@@ -173,7 +173,8 @@ class ProgressEndpoint(Listener):
             pod=reporter.pod_uid,
         ):
             self.enqueue(reporter.key)
-        return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt)
+        states = self.supervisors.view(reporter.key, reporter.attempt)
+        return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt, states)
 
     def proven(self, token: str, job: str) -> Reporter | tuple[int, str]:
         """The reporter `token` proves for `job`, or the answer to send: a refusal (said in the

@@ -9,10 +9,12 @@ that the workqueue folds into one pass). A rank's state told by another pod than
 replaced pod (a lost node's, recreated by the worker Job): `replaced` remembers the generation the
 old pod was in. Thread-safe: the endpoint's threads write, the reconcilers read.
 
-`word(job, worker_job, attempt_uid)` is what the endpoint answers a supervisor: the generation
-every pod of the job's current attempt should run (`status.inPlaceGeneration`), `final` when that
-pod's attempt is over — the job finished, or the pod's worker Job is not the current attempt's
-(a whole-job restart replaced it) — so a failed supervisor ends its pod instead of waiting.
+`word(job, worker_job, attempt_uid, states)` is what the endpoint answers a supervisor: the
+generation every pod of the job's current attempt should run (`status.inPlaceGeneration`), `final`
+when that pod's attempt is over — the job finished, or the pod's worker Job is not the current
+attempt's (a whole-job restart replaced it) — so a failed supervisor ends its pod instead of
+waiting; and `final` once every rank told `succeeded` in the current generation, which a
+supervisor whose torchrun exited 0 waits for before it ends its pod as done.
 """
 
 from __future__ import annotations
@@ -97,8 +99,24 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def word(job: Mapping[str, Any], worker_job: Mapping[str, Any] | None, attempt_uid: str) -> dict[str, Any]:
-    """The answer to a supervisor of worker Job `attempt_uid` (module doc)."""
+def all_succeeded(states: Mapping[int, Told], generation: int, nodes: int) -> bool:
+    """Every node rank 0..nodes-1 told `succeeded` in `generation` (none told: False)."""
+    return nodes > 0 and all(
+        (told := states.get(rank)) is not None
+        and told.state.state == "succeeded"
+        and told.state.generation == generation
+        for rank in range(nodes)
+    )
+
+
+def word(
+    job: Mapping[str, Any],
+    worker_job: Mapping[str, Any] | None,
+    attempt_uid: str,
+    states: Mapping[int, Told] | None = None,
+) -> dict[str, Any]:
+    """The answer to a supervisor of worker Job `attempt_uid` (module doc); `states`: the attempt's
+    (`SupervisorStates.view`), for `final` once every rank succeeded."""
     status = job.get("status") or {}
     attempt = _int(status.get("restarts")) - _int(status.get("inPlaceRestarts"))
     current = (
@@ -107,4 +125,6 @@ def word(job: Mapping[str, Any], worker_job: Mapping[str, Any] | None, attempt_u
         and (worker_job["metadata"].get("annotations") or {}).get(RESTART_ANNOTATION, "0") == str(attempt)
     )
     generation = _int(status.get("inPlaceGeneration")) if current else 0
-    return {"generation": generation, "final": _finished(status) or not current}
+    nodes = _int(((worker_job or {}).get("spec") or {}).get("completions"))
+    done = current and all_succeeded(states or {}, generation, nodes)
+    return {"generation": generation, "final": _finished(status) or not current or done}

@@ -44,6 +44,9 @@ from testbed import (
     wait_until,
 )
 
+from controller.rest import RESTClient, load_config
+from controller.rest.resources import PODS
+
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
 TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
 TRAIN_PROGRESS = Path(__file__).parent / "realnode" / "train_progress.py"
@@ -1161,6 +1164,67 @@ def test_the_recreate_path_recovers_from_the_same_crash_measured_beside_it(
     print(line)
     if out := os.environ.get("TORCHRUN_BENCH_OUT"):
         Path(out).write_text(json.dumps(RESTART_SECONDS) + "\n")
+
+
+def test_node_0s_pod_lost_is_replaced_and_every_rank_restarts_in_place_into_its_new_store(
+    real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
+) -> None:
+    """`restartMode: InPlace`, node rank 0's pod evicted mid-run (what a lost node's pods get:
+    `DisruptionTarget`, which the worker Job ignores) while rank 1 trains on. Node 0's supervisor
+    hosted the c10d store, so the store goes with it: the worker Job makes a new pod for rank 0
+    under the same hostname, its supervisor hosts a new store, and every rank starts the next
+    generation there — rank 1 in the pod it was in — resuming both from the newest complete
+    checkpoint. Rank 1's failed collective may be counted as one restart; the loss itself is not.
+    The time from the eviction to the first step after the resume is printed."""
+    cluster = real.cluster
+    queue = checkpoint_queue(real, f"rc-{namespace}", keep=20)
+    command = "python train_checkpoint.py --steps 40 --every 4 --step-seconds 0.5"
+    spec = {"jobQueue": queue, "numNodes": 2, "command": command}
+    spec["failurePolicy"] = {"maxRestarts": 1, "restartMode": "InPlace"}
+    submit(real, namespace, progress_controller, tmp_path, TRAIN_CHECKPOINT, "lz", spec)
+    logs, seen = TimedLogs(cluster, namespace, "lz"), set()
+
+    def trained(step: int) -> bool:
+        seen.update(logs.poll())
+        texts = [text for _, text in logs.lines()]
+        return all(any(t.startswith(f"loss rank={r} step={step} ") for t in texts) for r in (0, 1))
+
+    wait_until(lambda: trained(10), 240, interval=0.5, message="both ranks past step 10")
+    index = "batch.kubernetes.io/job-completion-index"
+    first = {p["metadata"]["annotations"][index]: p for p in pods(cluster, namespace, "lz", "worker")}
+    rank0 = first["0"]["metadata"]
+    evicted = datetime.now(UTC)
+    RESTClient(load_config(str(cluster.kubeconfig))).evict(PODS, rank0["name"], namespace, uid=rank0["uid"])
+
+    def done() -> dict[str, Any] | None:
+        seen.update(logs.poll())
+        st = job_status(cluster, namespace, "lz")
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    try:
+        final = wait_until(done, 240, interval=0.5, message="lz finished")
+    except AssertionError as e:
+        timeline = "\n".join(f"{t.isoformat()} {text[:160]}" for t, text in logs.lines() if t > evicted)
+        said = f"{job_status(cluster, namespace, 'lz')}\n{diagnose(cluster, namespace, 'lz')}"
+        raise AssertionError(f"{said}\n{timeline[-8000:]}\n{progress_controller.read_text()[-4000:]}") from e
+    why = f"{final}\n{diagnose(cluster, namespace, 'lz')}\n{progress_controller.read_text()[-3000:]}"
+    assert final["phase"] == "Succeeded", why
+    assert final.get("inPlaceGeneration", 0) >= 1 and (final.get("restarts") or 0) <= 1, why
+    now = {p["metadata"]["uid"] for p in pods(cluster, namespace, "lz", "worker")}
+    assert first["1"]["metadata"]["uid"] in now and rank0["uid"] not in now, (now, why)  # rank 1 stayed
+    assert len(seen) == 3, (seen, why)  # the two first pods and rank 0's replacement
+    lines = logs.lines()
+    texts = "\n".join(text for _, text in lines)
+    resumed = re.findall(r"^resumed from step (\d+) \S+ attempt=0 in-place=(\d+)$", texts, re.MULTILINE)
+    assert len(resumed) == 2 and resumed[0] == resumed[1] and int(resumed[0][0]) >= 8, (resumed, texts)
+    assert texts.count("done step=40") == 2, texts
+    step = int(resumed[0][0]) + 1
+    back = next(t for t, text in lines if t > evicted and text.startswith(f"loss rank=0 step={step} "))
+    print(
+        f"node 0's pod evicted: both ranks resumed from step {step - 1}, stepping again after "
+        f"{(back - evicted).total_seconds():.1f} s; status {final.get('restarts')} restart(s), "
+        f"generation {final.get('inPlaceGeneration')}"
+    )
 
 
 def test_a_hung_collective_stalls_and_restarts_in_place_in_the_same_pods(

@@ -55,6 +55,9 @@ gen = os.environ["TORCHRUN_IN_PLACE_GENERATION"]
 with open(os.environ["LOG"], "a") as f:
     f.write(json.dumps({"gen": gen, "args": sys.argv[1:], "pid": os.getpid()}) + "\n")
 plan = json.loads(os.environ["PLAN"]).get(gen, 0)
+if plan == "saves-on-stop":  # a program that saves on SIGTERM and exits 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    time.sleep(600)
 if plan == "hang":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -135,7 +138,7 @@ def test_with_generation_changes_only_the_rendezvous_id() -> None:
 def test_a_failure_waits_for_the_word_and_the_next_generation_starts_fresh(
     tmp_path: Path, pods: list[Pod]
 ) -> None:
-    pod = Pod(tmp_path, {"0": 3, "1": 0})
+    pod = Pod(tmp_path, {"0": 3, "1": 0, "2": 0})
     pods.append(pod)
     wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
     assert pod.starts() == []  # nothing starts before the controller names the generation
@@ -145,9 +148,16 @@ def test_a_failure_waits_for_the_word_and_the_next_generation_starts_fresh(
     time.sleep(0.5)
     assert pod.proc.poll() is None  # it waits for the controller
     pod.say(1)
+    wait_until(lambda: pod.told().get("state") == "succeeded", timeout=10)
+    time.sleep(0.5)
+    assert pod.proc.poll() is None  # done only when every rank is: it waits for `final`
+    pod.say(2)  # another rank's pod was replaced meanwhile: this rank starts generation 2 with it
+    wait_until(lambda: len(pod.starts()) == 3 and pod.told().get("generation") == 2, timeout=10)
+    wait_until(lambda: pod.told().get("state") == "succeeded", timeout=10)
+    pod.say(2, final=True)  # every rank succeeded in generation 2
     assert pod.wait() == 0
     starts = pod.starts()
-    assert [s["gen"] for s in starts] == ["0", "1"]
+    assert [s["gen"] for s in starts] == ["0", "1", "2"]
     assert "--rdzv_id=uid-1" in starts[0]["args"] and "--rdzv_id=uid-1-1" in starts[1]["args"]
     assert pod.told()["state"] == "succeeded"
 
@@ -184,6 +194,9 @@ def test_a_newer_generation_stops_a_hung_torchrun_and_everything_under_it(
     wait_until(grandchild_file.exists, timeout=10)
     grandchild = int(grandchild_file.read_text())
     pod.say(1)  # another rank failed, or the controller asked: generation 1
+    told = lambda: (pod.told().get("generation"), pod.told().get("state"))  # noqa: E731
+    wait_until(lambda: told() == (1, "succeeded"), timeout=10)
+    pod.say(1, final=True)
     assert pod.wait() == 0  # SIGTERM ignored: SIGKILL after KILL_AFTER, then generation 1 ran
     assert [s["gen"] for s in pod.starts()] == ["0", "1"]
     assert (
@@ -198,6 +211,21 @@ def test_sigterm_is_torchruns(tmp_path: Path, pods: list[Pod]) -> None:
     wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
     pod.proc.terminate()  # the kubelet stops a pod still waiting for its word
     assert pod.wait() == 143
+
+
+def test_a_stopped_pod_never_ends_as_done_even_when_torchrun_exits_0(tmp_path: Path, pods: list[Pod]) -> None:
+    """An evicted pod (a drain, a lost node) whose program saves on SIGTERM and exits 0: the
+    container ends 143, not 0, so the worker Job replaces the rank instead of counting it done
+    (its `DisruptionTarget` makes podFailurePolicy ignore the failure)."""
+    pod = Pod(tmp_path, {"0": "saves-on-stop"})
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.say(0)
+    wait_until(lambda: pod.told().get("state") == "running" and len(pod.starts()) == 1, timeout=10)
+    time.sleep(0.5)  # the stand-in torchrun has set its handler
+    pod.proc.terminate()
+    assert pod.wait() == 143
+    assert pod.told()["state"] == "stopped" and pod.told()["exitCode"] == 0
 
 
 class Link:
@@ -263,6 +291,18 @@ def _job(restarts: int, in_place: int, generation: int, finished: bool = False) 
 
 def _worker_job(uid: str, restart: int) -> dict[str, Any]:
     return {"metadata": {"uid": uid, "annotations": {"torchrun.ai/restart": str(restart)}}}
+
+
+def test_the_word_is_final_once_every_rank_succeeded_in_the_current_generation() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    job = {"status": {"restarts": 1, "inPlaceRestarts": 1, "inPlaceGeneration": 2}}
+    worker = {"metadata": {"uid": "a", "annotations": {}}, "spec": {"completions": 2}}
+    done = lambda g: Told(State(g, "succeeded", 0), now, "p")  # noqa: E731
+    running = Told(State(2, "running", None), now, "p")
+    assert word(job, worker, "a", {0: done(2), 1: running}) == {"generation": 2, "final": False}
+    assert word(job, worker, "a", {0: done(2), 1: done(1)}) == {"generation": 2, "final": False}
+    assert word(job, worker, "a", {0: done(2), 1: done(2)}) == {"generation": 2, "final": True}
+    assert word(job, worker, "a", {0: done(2)}) == {"generation": 2, "final": False}  # rank 1 not heard
 
 
 def test_the_word_names_the_current_attempts_generation_and_ends_an_old_attempt() -> None:
@@ -450,6 +490,8 @@ def test_a_later_generation_copies_the_newest_code_before_torchrun_starts(
     wait_until(lambda: pod.told().get("state") == "running", timeout=10)
     assert (code / "train.py").read_text() == "old\n"  # generation 0 runs what the pod started with
     pod.say(1)  # a hot reload in place
+    wait_until(lambda: pod.told().get("state") == "succeeded", timeout=10)
+    pod.say(1, final=True)
     assert pod.wait() == 0
     assert (code / "train.py").read_text() == "new\n"
     assert pod.told()["workspace"] == 2

@@ -5,9 +5,10 @@ Run by `reporter.run` when the pod restarts in place (`TORCHRUN_IN_PLACE=1`:
 (`TORCHRUN_SUPERVISOR_FILE`, `torchrun_supervisor.write_state`: at most `MAX_STATE` bytes, anything
 else is no state) and POSTs `{"job": NAME, "inPlace": {"generation": G, "state": S, "exitCode":
 C}}` to the progress endpoint — at once when the state changed, every `FAST_SECONDS` while the
-supervisor waits for a word (a fresh pod, or a failure told), else every `WATCH_SECONDS` (the
-controller's stall restarts and reloads reach healthy pods this way); a 503 or no answer is tried
-again after `RETRY_SECONDS`, a refusal after `REFUSED_SECONDS`. The answer's word
+supervisor waits for a word (a fresh pod, a failure told, or its torchrun done: it ends its pod
+at the word `final`), else every `WATCH_SECONDS` (the controller's stall restarts and reloads
+reach healthy pods this way); a 503 or no answer is tried again after `RETRY_SECONDS`, a refusal
+after `REFUSED_SECONDS`. The answer's word
 `{"generation": G, "final": bool}` is written to `TORCHRUN_CONTROL_FILE` (whole: write, then
 rename) when it differs from the last one written; the supervisor polls that file. Nothing here
 raises: a broken link must not take the pod down (the supervisor's own timeout ends a failed
@@ -118,7 +119,7 @@ class Watcher:
         self.retry_at = 0.0  # no POST before this, even for a change: the last one failed
 
     def _waiting(self, state: State | None) -> bool:
-        if state is None or state.state not in ("waiting", "failed"):
+        if state is None or state.state not in ("waiting", "failed", "succeeded"):
             return False
         return self.word is None or (self.word["generation"] <= state.generation and not self.word["final"])
 

@@ -15,7 +15,13 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
 - **It tells what happened.** `TORCHRUN_SUPERVISOR_FILE` (in the progress volume, read by the
   sidecar) holds `{"generation": G, "state": "waiting"|"running"|"failed"|"succeeded",
   "exitCode": C}`, replaced whole (write, then rename).
-- **A failure waits for the controller.** torchrun exiting 0 ends the container with 0. An exit
+- **A rank is done when every rank is.** torchrun exiting 0 is told `succeeded`, and the container
+  ends with 0 once the controller's word says `final` (every rank of the generation succeeded, or
+  the attempt is over) or no word comes within `TORCHRUN_DECISION_SECONDS`. A newer generation
+  named meanwhile is started instead: a program that stops every rank when one is stopped (a
+  save on SIGTERM) exits 0 on the ranks whose peer's pod was evicted, and those ranks must
+  restart with the replacement, not end their index of the worker Job as done.
+- **A failure waits for the controller.** An exit
   code in `TORCHRUN_PERMANENT_EXIT_CODES` ends it with that code at once (the worker Job's
   podFailurePolicy fails the job, as without the supervisor). Any other code is reported
   `failed` and the supervisor waits for the controller: a newer generation restarts torchrun;
@@ -31,8 +37,10 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
   read-only) into the code directory (`TORCHRUN_CODE_DIR`) when it is not the one it copied last
   (`torchrun_workspace.py`): a hot reload in place is a new generation. The state then says which
   workspace generation runs (`"workspace": W`).
-- **The pod's stop is torchrun's.** SIGTERM to the supervisor is forwarded to torchrun, and the
-  container ends with torchrun's code.
+- **The pod's stop is torchrun's, and a stopped pod is never done.** SIGTERM to the supervisor is
+  forwarded to torchrun, and the container ends with torchrun's code — 143 when that is 0: a
+  program that saves on SIGTERM and exits 0 would otherwise end an evicted pod (a drain, a lost
+  node) Succeeded, and the worker Job would count its rank done instead of replacing it.
 - **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
   the rendezvous' TCPStore on the rendezvous port itself (torch's c10d backend then connects to
   it as a client: `_create_tcp_store` falls back when the port is taken), so a restarted torchrun
@@ -269,9 +277,16 @@ class Supervisor:
                 generation = newer
                 continue
             assert code is not None
-            if code == 0 or self.stopping:
-                self.tell(generation, "succeeded" if code == 0 else "stopped", code)
-                return code if code >= 0 else 128 - code
+            if self.stopping:  # the pod is stopped: never done (module doc)
+                self.tell(generation, "stopped", code)
+                return 143 if code == 0 else (code if code > 0 else 128 - code)
+            if code == 0:  # done, unless another rank's pod was replaced meanwhile (module doc)
+                self.tell(generation, "succeeded", code)
+                chosen = self.await_decision(generation, succeeded=True)
+                if chosen is None:
+                    return 0
+                generation = chosen
+                continue
             code = code if code > 0 else 128 - code
             kill_descendants()
             if code in self.permanent:
@@ -285,19 +300,24 @@ class Supervisor:
                 return code
             generation = chosen
 
-    def await_decision(self, generation: int) -> int | None:
-        """After a failure of `generation`: the generation to run next, or None to end."""
+    def await_decision(self, generation: int, succeeded: bool = False) -> int | None:
+        """After torchrun ended `generation` (failed, or `succeeded`): the generation to run next,
+        or None to end the container."""
         deadline = time.monotonic() + self.decision
         while not self.stopping and time.monotonic() < deadline:
             word = read_word(self.control)
             if word is not None and word.generation > generation:
+                if succeeded:
+                    _say(f"generation {word.generation} asked after this rank finished: starting it")
                 return word.generation
             if word is not None and word.final:
-                _say("the controller restarts no more in place: the pod fails")
+                if not succeeded:
+                    _say("the controller restarts no more in place: the pod fails")
                 return None
             time.sleep(POLL)
         if not self.stopping:
-            _say(f"no word from the controller in {self.decision:.0f}s: the pod fails")
+            outcome = "the pod ends as done" if succeeded else "the pod fails"
+            _say(f"no word from the controller in {self.decision:.0f}s: {outcome}")
         return None
 
 
