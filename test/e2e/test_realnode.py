@@ -1040,6 +1040,12 @@ class TimedLogs:
         self.cluster, self.ns, self.job = cluster, ns, job
         self.text: dict[str, str] = {}
 
+    def every_rank_said(self, prefix: str) -> bool:
+        """Read the logs again: both ranks printed a line starting with `prefix.format(rank=r)`."""
+        self.poll()
+        texts = [text for _, text in self.lines()]
+        return all(any(t.startswith(prefix.format(rank=r)) for t in texts) for r in (0, 1))
+
     def poll(self) -> set[str]:
         """Read every worker pod's log again; the UIDs of the pods seen."""
         seen = set()
@@ -1182,14 +1188,11 @@ def test_node_0s_pod_lost_is_replaced_and_every_rank_restarts_in_place_into_its_
     spec = {"jobQueue": queue, "numNodes": 2, "command": command}
     spec["failurePolicy"] = {"maxRestarts": 1, "restartMode": "InPlace"}
     submit(real, namespace, progress_controller, tmp_path, TRAIN_CHECKPOINT, "lz", spec)
-    logs, seen = TimedLogs(cluster, namespace, "lz"), set()
-
-    def trained(step: int) -> bool:
-        seen.update(logs.poll())
-        texts = [text for _, text in logs.lines()]
-        return all(any(t.startswith(f"loss rank={r} step={step} ") for t in texts) for r in (0, 1))
-
-    wait_until(lambda: trained(10), 240, interval=0.5, message="both ranks past step 10")
+    logs = TimedLogs(cluster, namespace, "lz")
+    wait_until(
+        lambda: logs.every_rank_said("loss rank={rank} step=10 "), 240, interval=0.5, message="step 10"
+    )
+    seen = logs.poll()
     index = "batch.kubernetes.io/job-completion-index"
     first = {p["metadata"]["annotations"][index]: p for p in pods(cluster, namespace, "lz", "worker")}
     rank0 = first["0"]["metadata"]
@@ -1283,14 +1286,9 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
         "failurePolicy": {"restartMode": "InPlace"},
     }
     project = submit(real, namespace, progress_controller, tmp_path, RELOAD_LOOP, "rld", spec)
-    logs, seen = TimedLogs(cluster, namespace, "rld"), set()
-
-    def stepping(version: int) -> bool:
-        seen.update(logs.poll())
-        texts = [text for _, text in logs.lines()]
-        return all(any(t.startswith(f"code v={version} rank={r} step=3") for t in texts) for r in (0, 1))
-
-    wait_until(lambda: stepping(1), 240, interval=0.5, message="both ranks step on version 1")
+    logs = TimedLogs(cluster, namespace, "rld")
+    wait_until(lambda: logs.every_rank_said("code v=1 rank={rank} step=3"), 240, interval=0.5, message="v1")
+    seen = logs.poll()
     program = project / RELOAD_LOOP.name
     program.write_text(program.read_text().replace("VERSION = 1\n", "VERSION = 2\n"))
     started = datetime.now(UTC)

@@ -76,6 +76,50 @@ def pod_uids(cluster: Cluster, ns: str, job: str) -> set[str]:
     return {p["metadata"]["uid"] for p in cluster.get("pods", "-n", ns, "-l", selector)["items"]}
 
 
+def restarted_in_place(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """The messages of `job`'s RestartedInPlace Events, sorted (the recorder writes them after the
+    status: the test polls)."""
+    events = cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={job}")["items"]
+    return sorted(e["message"] for e in events if e["reason"] == "RestartedInPlace")
+
+
+def accepted(url: str, tok: str, job: str, state: dict[str, Any]) -> None:
+    """POST `state` until it is accepted (10 s at most): a pod the test just saw Running may not be
+    in the endpoint's cache yet (refused 403 until it is)."""
+    wait_until(lambda: post_state(url, tok, job, state)[0] == 200, 10, message=f"{job}'s state accepted")
+
+
+def answered(url: str, tok: str, job: str, state: dict[str, Any], want: dict[str, Any]) -> None:
+    """POST `state` until the word answered is `want` (10 s at most): the endpoint reads the job
+    from its cache, a moment behind the status the test read. Telling the same state again counts
+    nothing, which the callers' later assertions check."""
+    wait_until(
+        lambda: post_state(url, tok, job, state)[1].get("inPlace") == want, 10, message=f"the word {want}"
+    )
+
+
+def final_or_refused(url: str, tok: str, job: str, state: dict[str, Any]) -> None:
+    """POST `state` until the word is `final` or the pod is refused (its worker Job, or the pod
+    itself, already gone once the job ended); 10 s at most."""
+
+    def ended() -> bool:
+        code, answer = post_state(url, tok, job, state)
+        return code == 403 or (code == 200 and answer["inPlace"]["final"] is True)
+
+    wait_until(ended, 10, message="a final word or a refusal")
+
+
+def running_pair(cluster: Cluster, bed: Bed, url: str, job: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """`job`'s two worker pods and their tokens, once both supervisors told `running` in generation
+    0 and the status says so."""
+    pods = [worker_pod(cluster, bed.namespace, job, rank) for rank in (0, 1)]
+    tokens = [token(bed, pod) for pod in pods]
+    for tok in tokens:
+        accepted(url, tok, job, {"generation": 0, "state": "running"})
+    wait_until(lambda: status(cluster, bed.namespace, job).get("inPlaceRunningGeneration") == 0, 20)
+    return pods, tokens
+
+
 @pytest.mark.stand_in(SUPERVISOR_LINK)
 def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_one_fails_the_job(
     cluster: Cluster, bed: Bed
@@ -96,6 +140,7 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         pods = [worker_pod(cluster, ns, "ipl", rank) for rank in (0, 1)]
         tokens = [token(bed, pod) for pod in pods]
         uids = pod_uids(cluster, ns, "ipl")
+        accepted(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"})
         assert post_state(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"}) == (
             200,
             {"accepted": True, "message": "ok", "inPlace": {"generation": 0, "final": False}},
@@ -104,28 +149,24 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         assert bad[0] == 400 and "inPlace" in bad[1]["message"]
         assert post_state(one.url, tokens[0], "other", {"generation": 0, "state": "running"})[0] == 403
         for tok in tokens:
-            assert post_state(one.url, tok, "ipl", {"generation": 0, "state": "running"})[0] == 200
+            accepted(one.url, tok, "ipl", {"generation": 0, "state": "running"})
         wait_until(lambda: status(cluster, ns, "ipl").get("inPlaceRunningGeneration") == 0, 20)
 
         failed = {"generation": 0, "state": "failed", "exitCode": 1}
         assert post_state(one.url, tokens[1], "ipl", failed)[0] == 200
         st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 1 and s, 20)
         assert (st["restarts"], st["inPlaceRestarts"], st["restartsByReason"]) == (1, 1, {"WorkersFailed": 1})
-        assert post_state(one.url, tokens[0], "ipl", failed)[1]["inPlace"] == {
-            "generation": 1,
-            "final": False,
-        }
+        answered(one.url, tokens[0], "ipl", failed, {"generation": 1, "final": False})
     with leader(cluster, bed, "replica-b") as two:  # a failover: the new leader hears it again
         for tok in tokens:
-            assert post_state(two.url, tok, "ipl", failed)[1]["inPlace"] == {"generation": 1, "final": False}
+            answered(two.url, tok, "ipl", failed, {"generation": 1, "final": False})
         retriable = {"generation": 1, "state": "failed", "exitCode": 75}
         assert post_state(two.url, tokens[0], "ipl", retriable)[0] == 200
         st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 2 and s, 20)
         assert (st["restarts"], st["inPlaceRestarts"], st.get("retriableFailures")) == (1, 1, 1)
         assert pod_uids(cluster, ns, "ipl") == uids  # restarts in place delete no pod
-        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=ipl")["items"]
-        said = sorted(e["message"] for e in events if e["reason"] == "RestartedInPlace")
-        assert len(said) == 2 and "restart 1 of 1, in place (generation 1)" in said[0], said
+        said = wait_until(lambda: len(m := restarted_in_place(cluster, ns, "ipl")) == 2 and m, 10)
+        assert "restart 1 of 1, in place (generation 1)" in said[0], said
         assert "retriable failure 1 of 10, in place (generation 2)" in said[1], said
 
         assert (
@@ -136,10 +177,7 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         failed_cond = next(c for c in st["conditions"] if c["type"] == "Failed")
         assert failed_cond["reason"] == "RestartLimitExceeded" and "node rank 1" in failed_cond["message"]
         assert st["restarts"] == 1  # counted once, never reset
-        answer = post_state(two.url, tokens[0], "ipl", {"generation": 2, "state": "failed", "exitCode": 1})
-        assert answer[0] in (200, 403)  # the pods may be gone already (the job failed: workers deleted)
-        if answer[0] == 200:
-            assert answer[1]["inPlace"]["final"] is True
+        final_or_refused(two.url, tokens[0], "ipl", {"generation": 2, "state": "failed", "exitCode": 1})
 
 
 @pytest.mark.stand_in(SUPERVISOR_LINK)
@@ -154,26 +192,23 @@ def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rende
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "lost", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
     with leader(cluster, bed, "replica-c") as one:
-        pods = [worker_pod(cluster, ns, "lost", rank) for rank in (0, 1)]
-        tokens = [token(bed, pod) for pod in pods]
-        for tok in tokens:
-            assert post_state(one.url, tok, "lost", {"generation": 0, "state": "running"})[0] == 200
-        wait_until(lambda: status(cluster, ns, "lost").get("inPlaceRunningGeneration") == 0, 20)
+        pods, tokens = running_pair(cluster, bed, one.url, "lost")
         started = time.monotonic()
         bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
         replacement = worker_pod(cluster, ns, "lost", 1, not_uids=frozenset({pods[1]["metadata"]["uid"]}))
         running = time.monotonic() - started
-        assert (
-            post_state(one.url, token(bed, replacement), "lost", {"generation": 0, "state": "waiting"})[0]
-            == 200
-        )
+        accepted(one.url, token(bed, replacement), "lost", {"generation": 0, "state": "waiting"})
         st = wait_until(lambda: (s := status(cluster, ns, "lost")).get("inPlaceGeneration") == 1 and s, 20)
         told = time.monotonic() - started
         assert not st.get("restarts") and not st.get("inPlaceRestarts"), st  # the node's loss, not a failure
-        survivor = post_state(one.url, tokens[0], "lost", {"generation": 0, "state": "running"})
-        assert survivor[1]["inPlace"] == {"generation": 1, "final": False}
-        events = cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=lost")["items"]
-        said = [e["message"] for e in events if e["reason"] == "RestartedInPlace"]
+        answered(
+            one.url,
+            tokens[0],
+            "lost",
+            {"generation": 0, "state": "running"},
+            {"generation": 1, "final": False},
+        )
+        said = wait_until(lambda: restarted_in_place(cluster, ns, "lost"), 10)
         assert any("the pod of node rank 1 was replaced" in m for m in said), said
         print(f"lost pod: replacement Running after {running:.1f} s, survivors told after {told:.1f} s")
 
@@ -188,25 +223,17 @@ def test_a_replacement_first_heard_by_a_new_leader_still_makes_a_new_rendezvous(
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "lostfo", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
     with leader(cluster, bed, "replica-d") as one:
-        pods = [worker_pod(cluster, ns, "lostfo", rank) for rank in (0, 1)]
-        tokens = [token(bed, pod) for pod in pods]
-        for tok in tokens:
-            assert post_state(one.url, tok, "lostfo", {"generation": 0, "state": "running"})[0] == 200
-        wait_until(lambda: status(cluster, ns, "lostfo").get("inPlaceRunningGeneration") == 0, 20)
+        pods, tokens = running_pair(cluster, bed, one.url, "lostfo")
     bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
     replacement = worker_pod(cluster, ns, "lostfo", 1, not_uids=frozenset({pods[1]["metadata"]["uid"]}))
     with leader(cluster, bed, "replica-e") as two:
-        assert post_state(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})[0] == 200
+        accepted(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})
         waiting = {"generation": 0, "state": "waiting"}
-        assert post_state(two.url, token(bed, replacement), "lostfo", waiting)[0] == 200
+        accepted(two.url, token(bed, replacement), "lostfo", waiting)
         st = wait_until(lambda: (s := status(cluster, ns, "lostfo")).get("inPlaceGeneration") == 1 and s, 20)
         assert not st.get("restarts") and not st.get("inPlaceRestarts"), st
-        assert post_state(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})[1][
-            "inPlace"
-        ] == {
-            "generation": 1,
-            "final": False,
-        }
+        running = {"generation": 0, "state": "running"}
+        answered(two.url, tokens[0], "lostfo", running, {"generation": 1, "final": False})
 
 
 @pytest.mark.stand_in(SUPERVISOR_LINK)
@@ -221,10 +248,7 @@ def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_t
     make_job(cluster, ns, bed.queue, "mixed", failurePolicy={"maxRestarts": 3, "restartMode": "InPlace"})
     failed = {"generation": 0, "state": "failed", "exitCode": 1}
     with leader(cluster, bed, "replica-f") as one:
-        old = [worker_pod(cluster, ns, "mixed", rank) for rank in (0, 1)]
-        old_tokens = [token(bed, pod) for pod in old]
-        for tok in old_tokens:
-            assert post_state(one.url, tok, "mixed", {"generation": 0, "state": "running"})[0] == 200
+        old, old_tokens = running_pair(cluster, bed, one.url, "mixed")
         assert post_state(one.url, old_tokens[1], "mixed", failed)[0] == 200
         wait_until(lambda: status(cluster, ns, "mixed").get("inPlaceGeneration") == 1, 20)
         fail = {
@@ -237,17 +261,13 @@ def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_t
         assert (st["inPlaceRestarts"], st.get("inPlaceGeneration", 0)) == (1, 0), st
     old_uids = frozenset(p["metadata"]["uid"] for p in old)
     with leader(cluster, bed, "replica-g") as two:
-        answer = post_state(two.url, old_tokens[0], "mixed", {**failed, "generation": 1})
-        print("the old attempt's supervisor is answered", answer)
-        assert answer[0] in (200, 403), answer  # 403: its worker Job is no longer the job's
-        if answer[0] == 200:
-            assert answer[1]["inPlace"]["final"] is True
+        final_or_refused(two.url, old_tokens[0], "mixed", {**failed, "generation": 1})
         new = [worker_pod(cluster, ns, "mixed", rank, not_uids=old_uids) for rank in (0, 1)]
         owner = lambda pod: pod["metadata"]["ownerReferences"][0]["uid"]  # noqa: E731
         assert owner(new[0]) != owner(old[0])  # a new worker Job: the attempt was recreated
         new_tokens = [token(bed, pod) for pod in new]
         for tok in new_tokens:
-            assert post_state(two.url, tok, "mixed", {"generation": 0, "state": "running"})[0] == 200
+            accepted(two.url, tok, "mixed", {"generation": 0, "state": "running"})
         assert post_state(two.url, new_tokens[0], "mixed", failed)[0] == 200
         st = wait_until(lambda: (s := status(cluster, ns, "mixed")).get("inPlaceGeneration") == 1 and s, 20)
         assert (st["restarts"], st["inPlaceRestarts"]) == (3, 2), st
