@@ -125,6 +125,7 @@ def word(
         and (worker_job["metadata"].get("annotations") or {}).get(RESTART_ANNOTATION, "0") == str(attempt)
     )
     generation = _int(status.get("inPlaceGeneration")) if current else 0
-    nodes = _int(((worker_job or {}).get("spec") or {}).get("completions"))
+    spec = (worker_job or {}).get("spec") or {}
+    nodes = _int(spec.get("parallelism", spec.get("completions")))  # an elastic job's current size
     done = current and all_succeeded(states or {}, generation, nodes)
     return {"generation": generation, "final": _finished(status) or not current or done}

@@ -296,7 +296,8 @@ def _worker_job(uid: str, restart: int) -> dict[str, Any]:
 def test_the_word_is_final_once_every_rank_succeeded_in_the_current_generation() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     job = {"status": {"restarts": 1, "inPlaceRestarts": 1, "inPlaceGeneration": 2}}
-    worker = {"metadata": {"uid": "a", "annotations": {}}, "spec": {"completions": 2}}
+    # an elastic job of up to 4 nodes running 2: its current size counts, not completions
+    worker = {"metadata": {"uid": "a", "annotations": {}}, "spec": {"completions": 4, "parallelism": 2}}
     done = lambda g: Told(State(g, "succeeded", 0), now, "p")  # noqa: E731
     running = Told(State(2, "running", None), now, "p")
     assert word(job, worker, "a", {0: done(2), 1: running}) == {"generation": 2, "final": False}
