@@ -173,7 +173,10 @@ class ProgressEndpoint(Listener):
             pod=reporter.pod_uid,
         ):
             self.enqueue(reporter.key)
-        states = self.supervisors.view(reporter.key, reporter.attempt)
+        # only a supervisor whose torchrun succeeded waits for "every rank succeeded": the copy of
+        # the attempt's states is made for it alone, not on every POST of every running rank
+        done = state is not None and state.state == "succeeded"
+        states = self.supervisors.view(reporter.key, reporter.attempt) if done else None
         return 200, "ok", word(raw_job, self.worker_jobs.get(name, ns), reporter.attempt, states)
 
     def proven(self, token: str, job: str) -> Reporter | tuple[int, str]:

@@ -279,3 +279,17 @@ def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_t
         time.sleep(2 * PERIOD)
         st = status(cluster, ns, "mixed")
         assert (st["restarts"], st["inPlaceRestarts"], st["inPlaceGeneration"]) == (3, 2, 1), st
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_a_rank_that_succeeded_is_told_final_only_once_every_rank_did(cluster: Cluster, bed: Bed) -> None:
+    """A supervisor whose torchrun exited 0 waits for `final` before its pod ends as done: the
+    endpoint says it once every rank told `succeeded` in the current generation, not before."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "fin", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
+    with leader(cluster, bed, "replica-h") as one:
+        _, tokens = running_pair(cluster, bed, one.url, "fin")
+        succeeded = {"generation": 0, "state": "succeeded", "exitCode": 0}
+        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": False})
+        answered(one.url, tokens[1], "fin", succeeded, {"generation": 0, "final": True})
+        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": True})
