@@ -412,8 +412,16 @@ class TorchrunJobStatus:
     in_place_restart_time: datetime.datetime | None = field(
         default=None,
         metadata=api(
-            "When the controller last named a new inPlaceGeneration: the stall and startup clocks "
-            "start again there, as at a pod's start."
+            "When the controller last named a new inPlaceGeneration. The stall and startup clocks "
+            "start again once every rank runs it (inPlaceRunningTime), or, while one does not yet, "
+            "10 s (the supervisors' kill grace) after this time."
+        ),
+    )
+    in_place_running_time: datetime.datetime | None = field(
+        default=None,
+        metadata=api(
+            "When inPlaceRunningGeneration last rose: from then on every worker pod's supervisor "
+            "ran that generation's torchrun."
         ),
     )
     restarts_by_reason: Mapping[str, int] = field(

@@ -294,7 +294,7 @@ class TorchrunJobReconciler:
             )
             return seen.then(ended)
         if self.in_place.on(job):  # the supervisors' generation, and a hot reload by a new one
-            seen = seen.then(self.in_place.running(job, attempt, status))
+            seen = seen.then(self.in_place.running(job, attempt, status, now))
             seen = seen.then(self.reload.in_place(raw, attempt, status, now) or Decision())
         else:
             self.reload.roll(raw, attempt, status)

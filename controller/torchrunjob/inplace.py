@@ -22,8 +22,10 @@ rendezvous, the survivors restart into a new one with it. The replacement is kno
 the leader heard before, or, after a leader failover, from the status alone (`newcomers`).
 `restart_stalled` does the same for `onStall: Restart` (`Stalled`, `StartupStalled`): the hung
 workers restart in their pods, counted in `restarts` by that reason. Each restart in place also
-writes `status.inPlaceRestartTime`, where the stall and startup clocks start again
-(`progress.py`), so the restart's own start is not taken for a stall.
+writes `status.inPlaceRestartTime`; the stall and startup clocks start again when every rank runs
+the new generation (`restarted_at`, read by `progress.py`), so neither the restart's own start nor
+the kill grace of a rank hung past SIGTERM is taken for a stall. `InPlace.running` raises
+`status.inPlaceRunningGeneration` and dates it (`inPlaceRunningTime`).
 A restart in place says so in the Running condition (`RestartedInPlace`, an Event), which the next
 pass sets back once the workers run. Permanent exit codes never reach here: the supervisor ends its
 pod with one and the worker Job's podFailurePolicy fails the job, as without it.
@@ -33,14 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from controller.api import JobConditionType as C
 from controller.api import TorchrunJob, TorchrunJobStatus
 from controller.api.reasons import Reason
 from controller.progress.supervisors import SupervisorStates, Told
 from controller.torchrunjob.lifecycle import count_restart
-from controller.torchrunjob.manifests.inplace import in_place_on
+from controller.torchrunjob.manifests.inplace import KILL_GRACE_SECONDS, in_place_on
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.status import Outcome
 from controller.torchrunjob.steps import Decision, Observed
@@ -86,6 +88,21 @@ def running_generation(states: Mapping[int, Told], nodes: int) -> int | None:
             return None
         generations.append(told.state.generation)
     return min(generations, default=None)
+
+
+def restarted_at(status: TorchrunJobStatus) -> datetime | None:
+    """Where the stall and startup clocks start again after the last generation named in place
+    (None: none was): when every rank ran it (`inPlaceRunningTime`, once
+    `inPlaceRunningGeneration` reached `inPlaceGeneration`), else `KILL_GRACE_SECONDS` after it was
+    named — by then every supervisor started it, unless its rank hangs before torchrun starts, and
+    that is a stall to catch. Never before it was named."""
+    named = status.in_place_restart_time
+    if named is None:
+        return None
+    ran = status.in_place_running_time
+    if status.in_place_running_generation == status.in_place_generation and ran is not None and ran >= named:
+        return ran
+    return named + timedelta(seconds=KILL_GRACE_SECONDS)
 
 
 def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus) -> list[int]:
@@ -224,16 +241,19 @@ class InPlace:
             return restart_stalled(stalled, status, limit=limit, now=now) or stalled
         return capped or stalled
 
-    def running(self, job: TorchrunJob, attempt: Attempt, status: TorchrunJobStatus) -> Decision:
+    def running(
+        self, job: TorchrunJob, attempt: Attempt, status: TorchrunJobStatus, now: datetime
+    ) -> Decision:
         """`status.inPlaceRunningGeneration` raised to `running_generation` of the states, when
-        that is higher (never lowered in an attempt: a restart's ranks pass through `failed`)."""
+        that is higher (never lowered in an attempt: a restart's ranks pass through `failed`),
+        with `inPlaceRunningTime` = `now` in the same write."""
         assert self.supervisors is not None
         states = self.supervisors.view(job.key, attempt.job["metadata"]["uid"])
         running = running_generation(states, attempt.topology.nodes)
         have = status.in_place_running_generation
         if running is None or (have is not None and running <= have):
             return Decision()
-        return Decision(changes={"in_place_running_generation": running})
+        return Decision(changes={"in_place_running_generation": running, "in_place_running_time": now})
 
     def forget(self, key: str) -> None:
         if self.supervisors is not None:

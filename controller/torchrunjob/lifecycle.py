@@ -142,6 +142,8 @@ def attempt_ended(
                 "retriable_failures": 0,
                 "in_place_generation": 0,  # a new worker Job: its supervisors start at 0
                 "in_place_running_generation": None,
+                "in_place_running_time": None,
+                "in_place_restart_time": None,  # the new pods' start is the clocks' start
             },
             stop=True,
         )

@@ -10,8 +10,8 @@ the pass records — it writes nothing into the pass's status itself. Its answer
 - sets `Progressing`: True (`Reporting`, its message naming the published step; left as it is
   while a change is held back), False (`Stalled`: `progress.stall.decide` — no new record from
   any rank for the effective `stallTimeoutSeconds`, counted from the newest start of the
-  attempt's pods or the last restart in place (`status.inPlaceRestartTime`) when one came since:
-  a hot reload or a restart is not a stall — while reports still
+  attempt's pods or the last restart in place when one came since (`inplace.restarted_at`: when
+  every rank ran the generation it named): a hot reload or a restart is not a stall — while reports still
   arrive to say so) or Unknown (`ReportingLost`: no report from any rank for the lost window,
   `stall.lost_after`: an outage of the reports is not a stall, and nothing is done about it),
   and a timer for when the verdict would change; when the verdict waits on the next report
@@ -32,12 +32,13 @@ leader knows it) — its `stallTimeoutSeconds`; else none, and a job whose progr
 never called stalled. Its clock starts at the workers' start (`workers_started`: once a live pod
 of the worker Job runs its training container for every node rank of `spec.parallelism`, the
 newest of those containers' `startedAt` — after image pulls and init containers, when torchrun
-begins its rendezvous — or the last restart in place, when later); before that nothing is decided
-and the pods' own events bring the job back. Until the timeout falls due a timer is set (no report
-will come to enqueue the job); then `Progressing=False StartupStalled` (a Warning) naming the
-silent ranks, and with `onStall: Restart` the attempt ends as for `Stalled`. A step published since
-the start (`status.progress.updateTime`) counts, so a leader that took over before hearing the
-ranks' next report does not call a job that stepped stalled.
+begins its rendezvous — or the last restart in place, when later: `inplace.restarted_at`);
+before that nothing is decided and the pods' own events bring the job back. Until the timeout
+falls due a timer is set (no report will come to enqueue the job); then `Progressing=False
+StartupStalled` (a Warning) naming the silent ranks, and with `onStall: Restart` the attempt ends
+as for `Stalled`. A step published since the start (`status.progress.updateTime`) counts, so a
+leader that took over before hearing the ranks' next report does not call a job that stepped
+stalled.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from controller.progress.summary import progress_of
 from controller.progress.supervisors import SupervisorStates
 from controller.torchrunjob import status as st
 from controller.torchrunjob.goodput import Point
+from controller.torchrunjob.inplace import restarted_at
 from controller.torchrunjob.manifests.progress import ReporterSettings
 from controller.torchrunjob.manifests.worker import CONTAINER
 from controller.torchrunjob.steps import PROCEED, Decision, Observed, Proceed
@@ -151,9 +153,7 @@ class ProgressStep:
     ) -> Proceed[st.Outcome | None]:
         """What the attempt's reports say: `status.progress`, `Progressing`, a stall."""
         timeout = policy.stall_timeout_seconds
-        verdict = decide(
-            ranks, timeout, now, later(newest_start(pods), status.in_place_restart_time), ended=final
-        )
+        verdict = decide(ranks, timeout, now, later(newest_start(pods), restarted_at(status)), ended=final)
         desired = progress_of(view)
         noted = self.publish(job.key, desired, status.progress, now, final)
         shown = noted.changes.get("progress", status.progress)
@@ -198,7 +198,7 @@ class ProgressStep:
         nodes = (worker_job.get("spec") or {}).get("parallelism")
         started = workers_started(pods, nodes) if isinstance(nodes, int) else None
         if started is not None:  # a restart in place starts the workers again (inplace.py)
-            started = later(started, status.in_place_restart_time)
+            started = later(started, restarted_at(status))
         stepped_at = shown.update_time if shown is not None and shown.step is not None else None
         return starting(ranks, nodes or 0, timeout, now, started, stepped_at)
 

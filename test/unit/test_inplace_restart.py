@@ -5,6 +5,7 @@ node proves the whole path with torch (test/e2e/test_realnode.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -36,8 +37,10 @@ from controller.torchrunjob.inplace import (
     rejoin,
     restart,
     restart_stalled,
+    restarted_at,
     running_generation,
 )
+from controller.torchrunjob.manifests.inplace import KILL_GRACE_SECONDS
 from controller.torchrunjob.progress import later
 from controller.torchrunjob.reload import reload_in_place
 from controller.torchrunjob.status import Outcome
@@ -393,6 +396,30 @@ def test_the_stall_clock_starts_again_at_a_restart_in_place() -> None:
     assert decide(ranks, 30, now, later(None, None)).stalled  # 40 s silent: stalled
     assert not decide(ranks, 30, now, later(None, restarted)).stalled  # restarted 5 s ago
     assert later(t0, restarted) == restarted and later(restarted, None) == restarted
+
+
+def test_the_clocks_start_again_when_every_rank_runs_the_named_generation() -> None:
+    """Once every rank runs the generation named in place, its clocks start then; while one does
+    not yet, the supervisors' kill grace after it was named — so a rank hung past SIGTERM does not
+    eat into the new generation's stall or startup timeout, and a rank that never starts it is
+    still caught."""
+    named = datetime(2026, 1, 1, tzinfo=UTC)
+    assert restarted_at(TorchrunJobStatus()) is None  # nothing named in place: the pods' start
+    grace = named + timedelta(seconds=KILL_GRACE_SECONDS)
+    asked = TorchrunJobStatus(
+        in_place_generation=2, in_place_restart_time=named, in_place_running_generation=1
+    )
+    assert restarted_at(asked) == grace  # a rank still runs generation 1
+    older = dataclasses.replace(asked, in_place_running_time=named - timedelta(seconds=30))
+    assert restarted_at(older) == grace  # when generation 1 started says nothing of 2
+    ran = dataclasses.replace(
+        asked, in_place_running_generation=2, in_place_running_time=named + timedelta(seconds=13)
+    )
+    assert restarted_at(ran) == named + timedelta(seconds=13)
+    soon = dataclasses.replace(ran, in_place_running_time=named + timedelta(seconds=2))
+    assert restarted_at(soon) == named + timedelta(seconds=2)  # every rank ran it before the grace
+    # the controller assumes the supervisor's grace: the pod never overrides it
+    assert KILL_GRACE_SECONDS == torchrun_supervisor.KILL_AFTER
 
 
 def test_a_synced_generation_is_reloaded_in_place_once_not_counted_as_a_restart() -> None:

@@ -122,6 +122,8 @@ def restarted(restarts: int, by_reason: dict[str, int]) -> dict[str, object]:
         "retriable_failures": 0,
         "in_place_generation": 0,  # a new worker Job's supervisors start at generation 0
         "in_place_running_generation": None,
+        "in_place_running_time": None,
+        "in_place_restart_time": None,
     }
 
 

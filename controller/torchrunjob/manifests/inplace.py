@@ -33,6 +33,9 @@ CONTROL_DIR = "/var/run/torchrun-control"
 CONTROL_FILE = f"{CONTROL_DIR}/generation.json"
 STATE_FILE = f"{PROGRESS_DIR}/supervisor.json"
 WORKSPACE_DIR = "/var/run/torchrun-workspace"  # the workspace PVC, read-only, for reloads in place
+# a newer generation stops torchrun with SIGTERM, then SIGKILL after this long (the supervisor's
+# KILL_AFTER, which the pod does not override): every rank starts the new one within it
+KILL_GRACE_SECONDS = 10.0
 
 
 def in_place_on(job: TorchrunJob, reporter: ReporterSettings) -> bool:
