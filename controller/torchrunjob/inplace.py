@@ -33,13 +33,14 @@ pod with one and the worker Job's podFailurePolicy fails the job, as without it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from controller.api import JobConditionType as C
-from controller.api import TorchrunJob, TorchrunJobStatus
+from controller.api import TorchrunJob, TorchrunJobStatus, parse_time
 from controller.api.reasons import Reason
+from controller.meta import Obj
 from controller.progress.supervisors import SupervisorStates, Told
 from controller.torchrunjob.lifecycle import count_restart
 from controller.torchrunjob.manifests.inplace import KILL_GRACE_SECONDS, in_place_on
@@ -105,15 +106,32 @@ def restarted_at(status: TorchrunJobStatus) -> datetime | None:
     return named + timedelta(seconds=KILL_GRACE_SECONDS)
 
 
-def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus) -> list[int]:
+def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus, pods: Sequence[Obj]) -> list[int]:
     """The ranks whose supervisor waits for its first word although every rank was running the
-    current generation (`status.inPlaceRunningGeneration` reached `inPlaceGeneration`): a
-    supervisor tells `waiting` only before it starts anything, so such a rank's pod came after the
-    rendezvous closed — a replacement. Read from the status, this holds across a leader failover,
-    where the memory of the old pod (`SupervisorStates.replaced`) is gone."""
+    current generation (`status.inPlaceRunningGeneration` reached `inPlaceGeneration`) and whose
+    pod (`pods`: the attempt's, by the UID the rank told from) was created since
+    (`inPlaceRunningTime`, to the second the API dates a pod in): a supervisor tells `waiting` only
+    before it starts anything, so such a rank's pod came after the rendezvous closed — a
+    replacement. Read from the status and the pods, this holds across a leader failover, where
+    the memory of the old pod (`SupervisorStates.replaced`) is gone. A pod that ran the generation
+    and says `waiting` again (its program can write the supervisor's state file) is not one: it
+    cannot restart its job uncounted. A pod not yet in the cache waits for the pass its event
+    brings; a status without `inPlaceRunningTime` (written before it existed) trusts the word."""
     if status.in_place_running_generation != status.in_place_generation:
         return []
-    return sorted(rank for rank, told in states.items() if told.state.state == "waiting")
+    ran = status.in_place_running_time
+    since = None if ran is None else ran.replace(microsecond=0)
+    created = {
+        meta.get("uid"): parse_time(made)
+        for pod in pods
+        if isinstance(made := (meta := pod["metadata"]).get("creationTimestamp"), str)
+    }
+    return sorted(
+        rank
+        for rank, told in states.items()
+        if told.state.state == "waiting"
+        and (since is None or ((made := created.get(told.pod)) is not None and made >= since))
+    )
 
 
 def rejoin(
@@ -234,7 +252,7 @@ class InPlace:
             )
             return restarted or capped or failure.outcome()
         replaced = self.supervisors.replaced(job.key, attempt.job["metadata"]["uid"])
-        waiting = newcomers(states, status)
+        waiting = newcomers(states, status, attempt.pods)
         if capped is None and (rejoined := rejoin(replaced, waiting, status, now)) is not None:
             return rejoined
         if capped is None and stalled is not None:

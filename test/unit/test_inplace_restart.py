@@ -545,23 +545,55 @@ def test_a_rank_told_by_another_pod_was_replaced_and_makes_one_new_rendezvous() 
     assert rejoin(states.replaced("ns/j", "a"), (), moved_on, now) is None  # answered once
 
 
+def pod_made(uid: str, at: datetime) -> dict[str, Any]:
+    """A worker pod as the attempt's cache holds it: its UID and when the API created it."""
+    return {"metadata": {"uid": uid, "creationTimestamp": at.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+
 def test_after_a_failover_a_rank_waiting_once_every_rank_ran_is_a_replacement() -> None:
     """A new leader has no memory of the old pod: the status says every rank ran the current
-    generation, so a supervisor waiting for its first word came after the rendezvous closed."""
-    now = datetime(2026, 1, 1, tzinfo=UTC)
+    generation, and the waiting rank's pod was created since, so its supervisor came after the
+    rendezvous closed."""
+    ran_at = datetime(2026, 1, 1, 0, 0, 10, 600000, tzinfo=UTC)
+    now = ran_at + timedelta(seconds=30)
     states = {
         0: Told(State(2, "running", None), now, "p0"),
         1: Told(State(0, "waiting", None), now, "new-1"),
     }
-    ran = TorchrunJobStatus(in_place_generation=2, in_place_running_generation=2)
-    decided = rejoin({}, newcomers(states, ran), ran, now)
+    pods = [pod_made("p0", ran_at - timedelta(minutes=5)), pod_made("new-1", ran_at + timedelta(seconds=20))]
+    ran = TorchrunJobStatus(
+        in_place_generation=2, in_place_running_generation=2, in_place_running_time=ran_at
+    )
+    decided = rejoin({}, newcomers(states, ran, pods), ran, now)
     assert decided is not None and decided.changes["in_place_generation"] == 3
     assert "the pod of node rank 1 was replaced" in decided.conditions[0].message
+    # created in the second every rank ran it (the API dates pods to the second): still new
+    same_second = [pods[0], pod_made("new-1", ran_at.replace(microsecond=0))]
+    assert newcomers(states, ran, same_second) == [1]
     # not while the ranks are still starting the current generation: at an attempt's start (none
     # ran yet), and after a restart in place (the ranks run the older one until they start it)
     for starting in (
         TorchrunJobStatus(),
-        TorchrunJobStatus(in_place_generation=3, in_place_running_generation=2),
+        TorchrunJobStatus(in_place_generation=3, in_place_running_generation=2, in_place_running_time=ran_at),
     ):
-        assert newcomers(states, starting) == []
-        assert rejoin({}, newcomers(states, starting), starting, now) is None
+        assert newcomers(states, starting, pods) == []
+        assert rejoin({}, newcomers(states, starting, pods), starting, now) is None
+
+
+def test_a_pod_that_ran_the_generation_cannot_restart_its_job_uncounted_by_saying_waiting() -> None:
+    """The training program can write its supervisor's state file: `waiting` from a pod that
+    existed when every rank ran the generation is no replacement, and restarts nothing; nor does
+    one from a pod the cache has not seen yet (its event brings the job back)."""
+    ran_at = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
+    now = ran_at + timedelta(seconds=30)
+    forged = {
+        0: Told(State(2, "running", None), now, "p0"),
+        1: Told(State(0, "waiting", None), now, "p1"),
+    }
+    pods = [pod_made("p0", ran_at - timedelta(minutes=5)), pod_made("p1", ran_at - timedelta(minutes=5))]
+    ran = TorchrunJobStatus(
+        in_place_generation=2, in_place_running_generation=2, in_place_running_time=ran_at
+    )
+    assert newcomers(forged, ran, pods) == []
+    assert rejoin({}, newcomers(forged, ran, pods), ran, now) is None
+    assert newcomers(forged, ran, pods[:1]) == []  # p1 not in the cache: not proven new
