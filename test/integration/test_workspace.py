@@ -260,8 +260,14 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
 
     set_generation(cluster, namespace, "train", 1)
     wait_running(cluster, namespace, "train-sync-1")
-    reloading = with_condition(cluster, namespace, "train", "WorkspaceReady", "Reloading")
-    assert reloading is not None and reloading["status"]["phase"] == "Running"
+    # the pass that creates the sync pod writes the status after it: the pod can run first
+    reloading = wait_until(
+        lambda: with_condition(cluster, namespace, "train", "WorkspaceReady", "Reloading"),
+        10,
+        interval=0.2,
+        message="WorkspaceReady=False Reloading",
+    )
+    assert reloading["status"]["phase"] == "Running"
     v1 = archive({"train.py": b"v1"})
     assert upload(cluster, namespace, "train-sync-1", v1, 1).returncode == 0
     wait_until(
