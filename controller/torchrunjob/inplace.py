@@ -119,19 +119,18 @@ def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus, pods: Seque
     brings; a status without `inPlaceRunningTime` (written before it existed) trusts the word."""
     if status.in_place_running_generation != status.in_place_generation:
         return []
+    waiting = {rank: told.pod for rank, told in states.items() if told.state.state == "waiting"}
     ran = status.in_place_running_time
-    since = None if ran is None else ran.replace(microsecond=0)
-    created = {
-        meta.get("uid"): parse_time(made)
+    if not waiting or ran is None:
+        return sorted(waiting)
+    since = ran.replace(microsecond=0)
+    new = {
+        meta.get("uid")
         for pod in pods
         if isinstance(made := (meta := pod["metadata"]).get("creationTimestamp"), str)
+        and parse_time(made) >= since
     }
-    return sorted(
-        rank
-        for rank, told in states.items()
-        if told.state.state == "waiting"
-        and (since is None or ((made := created.get(told.pod)) is not None and made >= since))
-    )
+    return sorted(rank for rank, uid in waiting.items() if uid in new)
 
 
 def rejoin(

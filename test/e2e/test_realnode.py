@@ -1239,8 +1239,9 @@ def test_a_hung_collective_stalls_and_restarts_in_place_in_the_same_pods(
     SIGKILL past the grace, and start fresh ones) → generation 1 runs all 20 steps in the same two
     pods; the restart is counted once, by `Stalled`, and the new generation's own start is not
     taken for another stall."""
-    # 30 s: the new generation's start must fit in it after the hung torchruns' 10 s SIGKILL grace
-    # (20 s was missed once on a loaded 2-core machine)
+    # 30 s: 20 s was missed once on a loaded 2-core machine while the clock still started when the
+    # generation was named (the hung torchruns' 10 s SIGKILL grace counted); it now starts when
+    # every rank runs the new one (inplace.restarted_at)
     cluster, timeout = real.cluster, 30
     spec = {
         "jobQueue": queue,

@@ -293,3 +293,26 @@ def test_a_rank_that_succeeded_is_told_final_only_once_every_rank_did(cluster: C
         answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": False})
         answered(one.url, tokens[1], "fin", succeeded, {"generation": 0, "final": True})
         answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": True})
+
+
+@pytest.mark.stand_in(SUPERVISOR_LINK)
+def test_a_pod_that_ran_the_generation_saying_waiting_again_restarts_nothing(
+    cluster: Cluster, bed: Bed
+) -> None:
+    """The program can write its supervisor's state file: rank 1's pod, which ran generation 0,
+    says `waiting` again, to a new leader that never heard its old states (the failover path that
+    knows a replacement from the status alone). Its pod is older than `inPlaceRunningTime`, so no
+    new rendezvous is named and nothing is counted; the word stays generation 0."""
+    ns = bed.namespace
+    make_job(cluster, ns, bed.queue, "forge", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
+    with leader(cluster, bed, "replica-i") as one:
+        _, tokens = running_pair(cluster, bed, one.url, "forge")
+    assert status(cluster, ns, "forge").get("inPlaceRunningTime"), status(cluster, ns, "forge")
+    with leader(cluster, bed, "replica-j") as two:
+        accepted(two.url, tokens[0], "forge", {"generation": 0, "state": "running"})
+        waiting = {"generation": 0, "state": "waiting"}
+        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False})
+        time.sleep(2 * PERIOD)  # passes that hear the forged word again name nothing
+        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False})
+        st = status(cluster, ns, "forge")
+        assert st.get("inPlaceGeneration", 0) == 0 and not st.get("restarts"), st
