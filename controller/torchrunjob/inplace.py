@@ -115,8 +115,11 @@ def newcomers(states: Mapping[int, Told], status: TorchrunJobStatus, pods: Seque
     replacement. Read from the status and the pods, this holds across a leader failover, where
     the memory of the old pod (`SupervisorStates.replaced`) is gone. A pod that ran the generation
     and says `waiting` again (its program can write the supervisor's state file) is not one: it
-    cannot restart its job uncounted. A pod not yet in the cache waits for the pass its event
-    brings; a status without `inPlaceRunningTime` (written before it existed) trusts the word."""
+    cannot restart its job uncounted. A pod created in the very second of `inPlaceRunningTime`
+    counts as new: the API cannot order the two, and a real pod's supervisor tells `running`
+    seconds after its pod is created (image, container, torchrun), so only a replacement lands
+    there. A pod not yet in the cache waits for the pass its event brings; a status without
+    `inPlaceRunningTime` (written before it existed) trusts the word."""
     if status.in_place_running_generation != status.in_place_generation:
         return []
     waiting = {rank: told.pod for rank, told in states.items() if told.state.state == "waiting"}

@@ -22,6 +22,7 @@ from reports import Replica, replica, token, wait_to_lead, worker_pod
 from summary_notes import SUPERVISOR_LINK
 from testbed import Cluster, wait_until
 
+from controller.api.codec import parse_time
 from controller.rest import RESTClient, load_config
 from controller.rest.resources import PODS
 
@@ -109,11 +110,19 @@ def final_or_refused(url: str, tok: str, job: str, state: dict[str, Any]) -> Non
     wait_until(ended, 10, message="a final word or a refusal")
 
 
-def running_pair(cluster: Cluster, bed: Bed, url: str, job: str) -> tuple[list[dict[str, Any]], list[str]]:
+def running_pair(
+    cluster: Cluster, bed: Bed, url: str, job: str, *, as_real_pods: bool = False
+) -> tuple[list[dict[str, Any]], list[str]]:
     """`job`'s two worker pods and their tokens, once both supervisors told `running` in generation
-    0 and the status says so."""
+    0 and the status says so. `as_real_pods`: tell `running` only once the wall clock left the
+    second the pods were created in, as a real pod's supervisor does (its container starts, then
+    torchrun); a kwok pod can otherwise tell within its creation second, which the API's
+    one-second dates cannot order against `inPlaceRunningTime`."""
     pods = [worker_pod(cluster, bed.namespace, job, rank) for rank in (0, 1)]
     tokens = [token(bed, pod) for pod in pods]
+    if as_real_pods:
+        made = max(parse_time(pod["metadata"]["creationTimestamp"]).timestamp() for pod in pods)
+        wait_until(lambda: time.time() >= made + 1.0, 5, message="the pods' creation second to pass")
     for tok in tokens:
         accepted(url, tok, job, {"generation": 0, "state": "running"})
     wait_until(lambda: status(cluster, bed.namespace, job).get("inPlaceRunningGeneration") == 0, 20)
@@ -306,7 +315,7 @@ def test_a_pod_that_ran_the_generation_saying_waiting_again_restarts_nothing(
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "forge", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
     with leader(cluster, bed, "replica-i") as one:
-        _, tokens = running_pair(cluster, bed, one.url, "forge")
+        _, tokens = running_pair(cluster, bed, one.url, "forge", as_real_pods=True)
     assert status(cluster, ns, "forge").get("inPlaceRunningTime"), status(cluster, ns, "forge")
     with leader(cluster, bed, "replica-j") as two:
         accepted(two.url, tokens[0], "forge", {"generation": 0, "state": "running"})
