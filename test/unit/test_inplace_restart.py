@@ -47,6 +47,7 @@ from controller.torchrunjob.status import Outcome
 
 SUPERVISOR = Path(__file__).parents[2] / "controller" / "tools" / "python" / "torchrun_supervisor.py"
 sys.path.insert(0, str(SUPERVISOR.parent))
+import torchrun_standby  # noqa: E402
 import torchrun_supervisor  # noqa: E402
 import torchrun_workspace  # noqa: E402
 
@@ -75,10 +76,15 @@ class Pod:
     """The supervisor in a process of its own, its control and state files in `tmp`."""
 
     def __init__(
-        self, tmp: Path, plan: dict[str, Any], permanent: str = "", extra: dict[str, str] | None = None
+        self,
+        tmp: Path,
+        plan: dict[str, Any],
+        permanent: str = "",
+        extra: dict[str, str] | None = None,
+        prefix: str = "",
     ) -> None:
         self.tmp = tmp
-        (tmp / "torchrun").write_text(FAKE_TORCHRUN)
+        (tmp / "torchrun").write_text(prefix + FAKE_TORCHRUN)
         self.control, self.state, self.log = tmp / "generation.json", tmp / "supervisor.json", tmp / "log"
         env = {
             **os.environ,
@@ -229,6 +235,171 @@ def test_a_stopped_pod_never_ends_as_done_even_when_torchrun_exits_0(tmp_path: P
     pod.proc.terminate()
     assert pod.wait() == 143
     assert pod.told()["state"] == "stopped" and pod.told()["exitCode"] == 0
+
+
+# a module the stand-in torchrun imports at its top level (as torchrun's script imports torch):
+# it records which process imported it, and when, in $LOG.imports
+IMPORT_PROBE = """
+import json, os, sys, time
+with open(os.environ["LOG"] + ".imports", "a") as f:
+    f.write(json.dumps({"pid": os.getpid(), "at": time.time()}) + "\\n")
+"""
+# ... and what it runs with, as Python sets it for `python <script>`
+RUN_AS = r"""import import_probe, json, os, sys
+with open(os.environ["LOG"] + ".as", "a") as f:
+    env = {k: v for k, v in os.environ.items() if k != "TORCHRUN_IN_PLACE_GENERATION"}
+    f.write(json.dumps({"argv0": sys.argv[0], "path0": sys.path[0], "cwd": os.getcwd(),
+                        "exe": sys.executable, "env": env, "stdin": os.fstat(0).st_ino,
+                        "main": __name__, "file": __file__}) + "\n")
+"""
+
+
+def standby_pod(tmp: Path, standby: str) -> Pod:
+    """A pod whose stand-in torchrun imports the probe; gen 0 exits 3, gen 1 and 2 succeed."""
+    tmp.mkdir()
+    (tmp / "import_probe.py").write_text(IMPORT_PROBE)
+    extra = {"TORCHRUN_STANDBY": standby, "TORCHRUN_STANDBY_DELAY_SECONDS": "0"}
+    return Pod(tmp, {"0": 3, "1": 0}, extra=extra, prefix=RUN_AS)
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_two_generations(pod: Pod) -> float:
+    """Generation 0 (fails), then 1 (succeeds, final); the time generation 1 was asked."""
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.say(0)
+    wait_until(lambda: pod.told().get("state") == "failed", timeout=10)
+    time.sleep(1.0)  # the next standby, started with generation 0, has imported its modules
+    asked = time.time()
+    pod.say(1)
+    wait_until(lambda: pod.told().get("state") == "succeeded", timeout=10)
+    pod.say(1, final=True)
+    assert pod.wait() == 0
+    return asked
+
+
+def test_a_later_torchrun_comes_from_a_standby_that_imported_ahead_and_runs_as_a_fresh_one(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    """With the standby, generation 1's torchrun had imported its modules before generation 1
+    was asked; without it (`TORCHRUN_STANDBY=0`), after. Either way the script ran with the same
+    argv[0], sys.path[0], interpreter, working directory, stdin and environment (but the
+    generation), as `__main__`."""
+    warm, cold = standby_pod(tmp_path / "warm", "1"), standby_pod(tmp_path / "cold", "0")
+    pods.extend([warm, cold])
+    asked = {"warm": run_two_generations(warm), "cold": run_two_generations(cold)}
+    for name, pod in (("warm", warm), ("cold", cold)):
+        starts, imports = pod.starts(), records(Path(str(pod.log) + ".imports"))
+        assert [s["gen"] for s in starts] == ["0", "1"], (name, starts)
+        imported = {i["pid"]: i["at"] for i in imports}
+        gen1 = imported[starts[1]["pid"]]  # the process that ran generation 1 imported the probe
+        assert (gen1 < asked[name]) == (name == "warm"), (name, gen1, asked[name])
+    ran_as = {name: records(Path(str(pod.log) + ".as")) for name, pod in (("warm", warm), ("cold", cold))}
+    for name, (first, second) in ran_as.items():
+        assert first == second, name  # each generation ran as the one before
+        script = str(tmp_path / name / "torchrun")
+        assert first["main"] == "__main__" and first["argv0"] == first["file"] == script
+        assert first["path0"] == str(tmp_path / name) and first["exe"] == sys.executable
+    cold_env, warm_env = ran_as["cold"][0].pop("env"), ran_as["warm"][0].pop("env")
+    assert {k: v.replace("/warm", "/cold") for k, v in warm_env.items() if k != "TORCHRUN_STANDBY"} == {
+        k: v for k, v in cold_env.items() if k != "TORCHRUN_STANDBY"
+    }
+
+
+def test_a_standby_that_died_is_replaced_by_a_plain_start_and_none_outlives_the_supervisor(
+    tmp_path: Path, pods: list[Pod]
+) -> None:
+    pod = standby_pod(tmp_path / "p", "1")
+    pods.append(pod)
+    wait_until(lambda: pod.told().get("state") == "waiting", timeout=10)
+    pod.say(0)
+    wait_until(lambda: pod.told().get("state") == "failed", timeout=10)
+    standby = wait_until(lambda: standbys(pod.proc.pid), timeout=10)
+    for pid in standby:
+        os.kill(pid, 9)
+    pod.say(1)
+    wait_until(lambda: pod.told().get("state") == "succeeded", timeout=10)
+    assert [s["gen"] for s in pod.starts()] == ["0", "1"]
+    assert standbys(pod.proc.pid), "a new standby waits for the next generation"
+    pod.say(1, final=True)
+    assert pod.wait() == 0
+    assert not standbys(None, str(tmp_path / "p" / "torchrun")), "the standby outlived the supervisor"
+
+
+def standbys(parent: int | None, script: str = "") -> list[int]:
+    """Live standby processes: `parent`'s children, or any naming `script`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if not any(arg.endswith(b"torchrun_standby.py") for arg in cmdline) or stat[0] == "Z":
+            continue
+        if parent is not None and stat[1] != str(parent):
+            continue
+        if script and script.encode() not in cmdline:
+            continue
+        found.append(int(entry.name))
+    return found
+
+
+def test_the_standby_runs_only_python_scripts_as_the_kernel_would(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}
+
+    def script(name: str, first: str) -> str:
+        (tmp_path / name).write_text(first + "\nprint(1)\n")
+        (tmp_path / name).chmod(0o755)
+        return name
+
+    python = sys.executable
+    console = script("torchrun", f"#!{python}")
+    assert torchrun_supervisor.python_script([console, "--nnodes=2"], env) == (
+        python, str(tmp_path / "torchrun"), ["--nnodes=2"],
+    )  # fmt: skip
+    (tmp_path / "python3").symlink_to(python)
+    assert torchrun_supervisor.python_script([script("via-env", "#!/usr/bin/env python3"), "x"], env) == (
+        str(tmp_path / "python3"), str(tmp_path / "via-env"), ["x"],
+    )  # fmt: skip
+    assert torchrun_supervisor.python_script([script("flags", f"#!{python} -s")], env) is None
+    assert torchrun_supervisor.python_script([script("shell", "#!/bin/sh")], env) is None
+    assert torchrun_supervisor.python_script(["missing"], env) is None
+    local = tmp_path / "t.py"
+    local.write_text("")
+    assert torchrun_supervisor.python_script(["python3", str(local), "a"], env) == (
+        str(tmp_path / "python3"), str(local), ["a"],
+    )  # fmt: skip
+    assert torchrun_supervisor.python_script(["python3", "-m", "torch.distributed.run"], env) is None
+
+
+def test_the_standby_imports_only_what_the_script_will_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's console script imports its module at the top level; Debian's easy-install script
+    names a distribution's entry point in its header and loads it through its metadata."""
+    source = "import re, sys\nfrom torch.distributed.run import main\nfrom . import x\nif 1:\n    import y\n"
+    assert torchrun_standby.top_level_imports(source) == ["re", "sys", "torch.distributed.run"]
+    assert torchrun_standby.top_level_imports("def (") == []
+    info = tmp_path / "torch-2.6.0+debian.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.6.0+debian\n")
+    (info / "entry_points.txt").write_text(
+        "[console_scripts]\ntorchfrtrace = tools.flight_recorder.fr_trace:main\n"
+        "torchrun = torch.distributed.run:main\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    header = "# EASY-INSTALL-ENTRY-SCRIPT: '{}','console_scripts','{}'\nimport re\n"
+    assert torchrun_standby.entry_point_modules(header.format("torch==2.6.0+debian", "torchrun")) == [
+        "torch.distributed.run"
+    ]
+    assert torchrun_standby.entry_point_modules(header.format("torch==2.6.0+debian", "other")) == []
+    assert torchrun_standby.entry_point_modules(header.format("no-such-dist==1", "torchrun")) == []
+    assert torchrun_standby.entry_point_modules(source) == []
 
 
 class Link:

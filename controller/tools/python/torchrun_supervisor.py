@@ -41,6 +41,15 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
   forwarded to torchrun, and the container ends with torchrun's code — 143 when that is 0: a
   program that saves on SIGTERM and exits 0 would otherwise end an evicted pod (a drain, a lost
   node) Succeeded, and the worker Job would count its rank done instead of replacing it.
+- **The next torchrun is started ahead.** Each torchrun after the first comes from a standby
+  (`torchrun_standby.py`) the supervisor started while the previous generation ran — the same
+  interpreter (the script's `#!` python), the script and its arguments, the generation's exact
+  environment — with torchrun's own modules already imported (torch: seconds), so a restart or a
+  hot reload waits only for the workers' start. The first standby starts with the supervisor
+  (it warms up while the pod waits for its first word); each next one when a generation starts,
+  warming up `TORCHRUN_STANDBY_DELAY_SECONDS` (5) later, after that generation's own start. Used
+  only when torchrun is a Python script (`TORCHRUN_STANDBY=0`: never); a standby that died is
+  replaced by a plain start. It is the one process under the supervisor that a stop spares.
 - **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
   the rendezvous' TCPStore on the rendezvous port itself (torch's c10d backend then connects to
   it as a client: `_create_tcp_store` falls back when the port is taken), so a restarted torchrun
@@ -56,6 +65,7 @@ import ctypes
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,11 +83,15 @@ ENV_DECISION = "TORCHRUN_DECISION_SECONDS"
 ENV_KILL_AFTER = "TORCHRUN_KILL_AFTER_SECONDS"
 ENV_WORKSPACE_DIR = "TORCHRUN_WORKSPACE_DIR"
 ENV_CODE_DIR = "TORCHRUN_CODE_DIR"
+ENV_STANDBY = "TORCHRUN_STANDBY"
+ENV_STANDBY_DELAY = "TORCHRUN_STANDBY_DELAY_SECONDS"
 DEFAULT_CONTROL = "/var/run/torchrun-control/generation.json"
 DEFAULT_STATE = "/var/run/torchrun-progress/supervisor.json"
 POLL = 0.1
 KILL_AFTER = 10.0
 DECISION_SECONDS = 120.0
+STANDBY_DELAY = 5.0
+STANDBY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_standby.py")
 PR_SET_CHILD_SUBREAPER = 36
 # this directory's workspace copier (the supervisor runs as a script from it, so it is on sys.path)
 torchrun_workspace: Any = importlib.import_module("torchrun_workspace")
@@ -173,6 +187,73 @@ def host_store(args: list[str], env: dict[str, str]) -> Any:
         return None
 
 
+def python_script(argv: list[str], env: dict[str, str]) -> tuple[str, str, list[str]] | None:
+    """How the kernel would run `argv` (`torchrun <args>`, or `<python> <script> <args>`) when it
+    is a Python script: its interpreter, the script as Python's `sys.argv[0]` would name it, and
+    the script's arguments; None when it is not one, or its `#!` line passes the interpreter
+    options (which a standby could not honour)."""
+    path = env.get("PATH", os.defpath)
+    if not argv:
+        return None
+    if os.path.basename(argv[0]).startswith("python"):
+        interpreter = shutil.which(argv[0], path=path)
+        if interpreter and len(argv) > 1 and not argv[1].startswith("-") and os.path.isfile(argv[1]):
+            return interpreter, argv[1], argv[2:]
+        return None
+    script = shutil.which(argv[0], path=path)
+    if script is None:
+        return None
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(512).decode("utf-8", "replace")
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) == 2 and os.path.basename(words[0]) == "env":
+        words = [shutil.which(words[1], path=path) or ""]
+    if len(words) != 1 or not os.path.basename(words[0]).startswith("python"):
+        return None
+    return words[0], script, argv[1:]
+
+
+class Standby:
+    """One `torchrun_standby.py` process: started with `env`, it warms up after `delay` seconds and
+    runs the script when `launch` gives it its arguments and environment (its module doc)."""
+
+    def __init__(self, interpreter: str, script: str, env: dict[str, str], delay: float) -> None:
+        read, self.order = os.pipe()
+        try:
+            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
+                [interpreter, STANDBY, str(read), f"{delay:g}", script], env=env, pass_fds=(read,)
+            )
+        finally:
+            os.close(read)
+
+    def launch(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+        """The standby, now running the script with `args` and `env`; None when it died."""
+        if self.proc.poll() is not None:
+            self.discard()
+            return None
+        try:
+            os.write(self.order, (json.dumps({"args": args, "env": env}) + "\n").encode())
+        except OSError:
+            self.discard()
+            return None
+        os.close(self.order)
+        self.order = -1
+        return self.proc
+
+    def discard(self) -> None:
+        """End it (it ran nothing) and collect it."""
+        if self.order >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.order)
+            self.order = -1
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+
+
 class Supervisor:
     """The loop of the module doc; `argv` is torchrun's command line (`torchrun <args>`)."""
 
@@ -189,6 +270,9 @@ class Supervisor:
         self.workspace = env.get(ENV_WORKSPACE_DIR) or ""  # the workspace PVC, read-only
         self.code = env.get(ENV_CODE_DIR) or ""  # where the init container copied the code
         self.code_generation: int | None = None  # the workspace generation last copied (None: unknown)
+        self.script = python_script(argv, env) if env.get(ENV_STANDBY) != "0" else None
+        self.standby_delay = float(env.get(ENV_STANDBY_DELAY) or STANDBY_DELAY)
+        self.standby: Standby | None = None
 
     def tell(self, generation: int, state: str, exit_code: int | None = None) -> None:
         """The state file says `state` of `generation`, with the workspace generation copied last."""
@@ -230,16 +314,44 @@ class Supervisor:
         except OSError as exc:
             _say(f"cannot copy the newest workspace generation to {self.code}: {exc}")
 
+    def prepare_standby(self, delay: float) -> None:
+        """A standby for the next start, when torchrun is a Python script and none waits."""
+        if self.script is None or self.standby is not None:
+            return
+        interpreter, script, _ = self.script
+        try:
+            self.standby = Standby(interpreter, script, self.env, delay)
+        except OSError as exc:
+            _say(f"cannot start a standby torchrun ({exc}): each generation starts afresh")
+            self.script = None
+
     def start(self, generation: int) -> subprocess.Popen[bytes]:
+        """Generation `generation`'s torchrun (module doc): from the standby when one waits,
+        otherwise started here; then the next standby."""
         if generation > 0:
             self.refresh_code()
         env = dict(self.env)
         env[ENV_GENERATION] = str(generation)
         argv = [self.argv[0], *with_generation(self.argv[1:], generation)]
         _say(f"generation {generation}: starting {' '.join(argv[:1] + argv[1:8])} ...")
-        child = subprocess.Popen(argv, env=env)
+        child = None
+        if self.standby is not None and self.script is not None:
+            child = self.standby.launch(with_generation(self.script[2], generation), env)
+            self.standby = None
+        if child is None:
+            child = subprocess.Popen(argv, env=env)
         self.tell(generation, "running")
+        self.prepare_standby(self.standby_delay)
         return child
+
+    def close(self) -> None:
+        """The standby, if one waits, ended: the supervisor is about to exit."""
+        if self.standby is not None:
+            self.standby.discard()
+            self.standby = None
+
+    def spared(self) -> int | None:
+        return self.standby.proc.pid if self.standby is not None else None
 
     def stop_child(self, child: subprocess.Popen[bytes]) -> None:
         """SIGTERM, SIGKILL after `kill_after` seconds, then SIGKILL to every process left under us."""
@@ -251,9 +363,10 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 child.kill()
             child.wait()
-        kill_descendants()
+        kill_descendants(self.spared())
 
     def run(self) -> int:
+        self.prepare_standby(0.0)
         word = self.first_word()
         if word is None:
             return 143
@@ -288,7 +401,7 @@ class Supervisor:
                 generation = chosen
                 continue
             code = code if code > 0 else 128 - code
-            kill_descendants()
+            kill_descendants(self.spared())
             if code in self.permanent:
                 self.tell(generation, "failed", code)
                 _say(f"torchrun exited {code}, a permanent exit code: the pod fails")
@@ -348,13 +461,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def kill_descendants() -> None:
-    """SIGKILL every process under the supervisor, until none is left (bounded: 5 s)."""
+def kill_descendants(spared: int | None = None) -> None:
+    """SIGKILL every process under the supervisor but `spared` (the standby, which has none of
+    its own), until none is left (bounded: 5 s)."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         pending, seen = [os.getpid()], []
         while pending:
             for child in _children(pending.pop()):
+                if child == spared:
+                    continue
                 seen.append(child)
                 pending.append(child)
         if not seen:
@@ -390,6 +506,7 @@ def main(argv: list[str]) -> int:
     try:
         return supervisor.run()
     finally:
+        supervisor.close()
         del store
 
 
