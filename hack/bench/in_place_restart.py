@@ -9,8 +9,11 @@ restarted torchrun in the same pods, both ranks resumed from step-8, step 9's lo
 same, the restart was counted once and the job succeeded), then the recreate path's test once on
 the same crash. Prints each run's outcome, the time from the crash to the first step after the
 resume (the container runtime's log timestamps), the tally and the ratio to the recreate path's
-time measured in the same session. Needs root (the real node). CI runs the in-place test twice
-(TORCHRUN_IN_PLACE_RESTART_RUNS defaults to 2) and the recreate test once.
+time measured in the same session. `--standby-baseline`: every other run without the
+supervisors' standby torchrun (the queue's env `TORCHRUN_STANDBY=0`: each generation's torchrun
+imports torch afresh), its times apart, and the ratio of the two medians. Needs root (the real
+node). CI runs the in-place test twice (TORCHRUN_IN_PLACE_RESTART_RUNS defaults to 2) and the
+recreate test once.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ TEST = "test/e2e/test_realnode.py"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--standby-baseline", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         seconds_file = Path(tmp) / "seconds.json"
@@ -38,6 +42,7 @@ def main() -> int:
             **os.environ,
             "TORCHRUN_IN_PLACE_RESTART_RUNS": str(args.runs),
             "TORCHRUN_BENCH_OUT": str(seconds_file),
+            "TORCHRUN_BENCH_STANDBY": "alternate" if args.standby_baseline else "",
         }
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--durations=0",
@@ -62,6 +67,15 @@ def main() -> int:
         print(
             f"crash to the first step after the resume, in place: median {ordered[len(ordered) // 2]:.1f} s, "
             f"min {ordered[0]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} runs"
+        )
+    plain = seconds.get("InPlaceNoStandby", [])
+    if plain and in_place:
+        ordered = sorted(plain)
+        ratio = ordered[len(ordered) // 2] / sorted(in_place)[len(in_place) // 2]
+        print(
+            f"in place without the standby torchrun: median {ordered[len(ordered) // 2]:.1f} s, min "
+            f"{ordered[0]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} runs ({ratio:.2f}x the "
+            "median with it)"
         )
     recreate = seconds.get("Recreate", [])
     if recreate and in_place:

@@ -366,14 +366,22 @@ def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
 
 
 def checkpoint_queue(
-    real: RealNode, name: str, keep: int, progress: dict[str, Any] | None = None, **checkpoints: Any
+    real: RealNode,
+    name: str,
+    keep: int,
+    progress: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    **checkpoints: Any,
 ) -> str:
     """The `queue` fixture's queue, with retention (`keep`), other `storage.checkpoints` fields,
-    `progress` defaults and a 60 s grace period."""
+    `progress` defaults, `env` beside OMP_NUM_THREADS and a 60 s grace period."""
     spec: dict[str, Any] = {
         "nodeResources": {"gpus": 1, "cpus": "700m", "memory": "1536Mi"},
         "image": real.images["TRAIN_IMAGE"],
-        "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+        "env": [
+            {"name": "OMP_NUM_THREADS", "value": "1"},
+            *({"name": k, "value": v} for k, v in (env or {}).items()),
+        ],
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
         "terminationGracePeriodSeconds": 60,
         "storage": {
@@ -1022,7 +1030,10 @@ if IN_PLACE_RUNS:
 # -- restarts in place (failurePolicy.restartMode: InPlace: the supervisor, issue 33) -----------
 
 IN_PLACE_RESTART_RUNS = int(os.environ.get("TORCHRUN_IN_PLACE_RESTART_RUNS", "2"))
-RESTART_SECONDS: dict[str, list[float]] = {"InPlace": [], "Recreate": []}
+RESTART_SECONDS: dict[str, list[float]] = {"InPlace": [], "Recreate": [], "InPlaceNoStandby": []}
+# hack/bench/in_place_restart.py --standby-baseline: every other in-place run without the
+# supervisors' standby torchrun (TORCHRUN_STANDBY=0 in the queue's env), timed apart
+STANDBY_BASELINE = os.environ.get("TORCHRUN_BENCH_STANDBY") == "alternate"
 CRASH_LINE = "rank 1 fails on purpose after step 9"
 
 
@@ -1092,14 +1103,20 @@ class TimedLogs:
 
 
 def crash_job(
-    real: RealNode, namespace: str, log: Path, tmp_path: Path, name: str, mode: str
+    real: RealNode,
+    namespace: str,
+    log: Path,
+    tmp_path: Path,
+    name: str,
+    mode: str,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], TimedLogs, set[str]]:
     """`train_checkpoint.py`, 16 steps of 0.5 s on 2 nodes, a checkpoint every 4 steps; rank 1 exits
-    1 after step 9 of its first workers; `maxRestarts: 1` in restart mode `mode`. Returns the final
-    status, the pods' timed logs and every worker pod UID seen."""
-    queue = checkpoint_queue(real, f"rc-{namespace}", keep=20)
+    1 after step 9 of its first workers; `maxRestarts: 1` in restart mode `mode`; `env` in the
+    queue's environment. Returns the final status, the pods' timed logs and every worker pod UID seen."""
+    queue = checkpoint_queue(real, f"rc-{namespace}", keep=20, env=env)
     command = CRASH_AFTER_9
-    spec = {
+    spec: dict[str, Any] = {
         "jobQueue": queue,
         "numNodes": 2,
         "command": command,
@@ -1131,7 +1148,9 @@ def test_a_crashed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_the_
     started (the helper scans again in generation 1), in the same two pods; the restart is counted
     once, in place, by its reason; step 9's loss is trained again exactly."""
     cluster = real.cluster
-    final, logs, seen = crash_job(real, namespace, progress_controller, tmp_path, "ipr", "InPlace")
+    plain = STANDBY_BASELINE and run % 2 == 1
+    env = {"TORCHRUN_STANDBY": "0"} if plain else None
+    final, logs, seen = crash_job(real, namespace, progress_controller, tmp_path, "ipr", "InPlace", env)
     why = f"{final}\n{diagnose(cluster, namespace, 'ipr')}\n{progress_controller.read_text()[-3000:]}"
     assert final["phase"] == "Succeeded", why
     counted = (final.get("restarts"), final.get("inPlaceRestarts"), final.get("inPlaceGeneration"))
@@ -1146,8 +1165,8 @@ def test_a_crashed_rank_restarts_in_place_in_the_same_pods_and_resumes_from_the_
     said = cluster.get("events", "-n", namespace, "--field-selector", "involvedObject.name=ipr")["items"]
     restarted = [e["message"] for e in said if e["reason"] == "RestartedInPlace"]
     assert any("restart 1 of 1, in place (generation 1)" in m for m in restarted), restarted
-    RESTART_SECONDS["InPlace"].append(logs.recovery_seconds())
-    print(f"in place, run {run}: from the crash\n{logs.timeline()}")
+    RESTART_SECONDS["InPlaceNoStandby" if plain else "InPlace"].append(logs.recovery_seconds())
+    print(f"in place{' without the standby' if plain else ''}, run {run}: from the crash\n{logs.timeline()}")
 
 
 def test_the_recreate_path_recovers_from_the_same_crash_measured_beside_it(

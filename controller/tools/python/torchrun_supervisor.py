@@ -502,6 +502,7 @@ def main(argv: list[str]) -> int:
     _subreaper()
     supervisor = Supervisor(argv, env)
     signal.signal(signal.SIGTERM, supervisor.on_term)
+    supervisor.prepare_standby(0.0)  # imports beside the store's own import of torch
     store = host_store(argv[1:], env)
     try:
         return supervisor.run()
