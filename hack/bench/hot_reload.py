@@ -1,0 +1,76 @@
+"""Hot reloads in place on the real node, N in a row, with and without the standby torchrun.
+
+    sudo python hack/bench/hot_reload.py [--runs 6]
+
+Runs `test_a_hot_reload_runs_the_new_code_...` of test/e2e/test_realnode.py N times in one real
+node session (`restartMode: InPlace`, two worker pods, Debian trixie's torch 2.6, a one-line edit
+and `kubectl torchrun sync`; it passes when every rank ran the new code in the same two pods), every
+other run with `TORCHRUN_STANDBY=0` in the queue's env (each supervisor then starts the new
+generation's torchrun afresh, importing torch). Prints each run's outcome, the time from the command
+to the last rank's first step of the new code, and the medians of the two kinds with their ratio,
+all measured in the same session. Needs root (the real node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = "test/e2e/test_realnode.py"
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=6)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds_file = Path(tmp) / "seconds.json"
+        env = {
+            **os.environ,
+            "TORCHRUN_HOT_RELOAD_RUNS": str(args.runs),
+            "TORCHRUN_BENCH_OUT": str(seconds_file),
+            "TORCHRUN_BENCH_STANDBY": "alternate",
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-s", TEST, "-k",
+             "hot_reload_runs_the_new_code"],
+            cwd=REPO, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        seconds = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
+    out = done.stdout + done.stderr
+    results = dict(
+        (run, outcome)
+        for outcome, run in re.findall(r"^(PASSED|FAILED) \S+same_pods\S*\[(\d+)\]", out, re.MULTILINE)
+    )
+    for run in range(args.runs):
+        kind = "without the standby" if run % 2 else "with the standby"
+        print(f"run {run + 1:2d} ({kind}): {results.get(str(run), 'NOT RUN')}", flush=True)
+    for line in re.findall(r"^hot reload in place.*$", out, re.MULTILINE):
+        print(line)
+    warm, plain = seconds.get("standby", []), seconds.get("no standby", [])
+    if warm and plain:
+        print(
+            f"command to every rank stepping on the new code: median {median(warm):.1f} s with the "
+            f"standby ({len(warm)} runs), {median(plain):.1f} s without ({len(plain)} runs): "
+            f"{median(plain) / median(warm):.2f}x"
+        )
+    passed = sum(1 for v in results.values() if v == "PASSED")
+    if passed != args.runs:
+        print("\n".join(line for line in out.splitlines() if line.startswith("E   "))[:4000])
+    return 0 if passed == args.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
