@@ -1322,7 +1322,9 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     }
     project = submit(real, namespace, progress_controller, tmp_path, RELOAD_LOOP, "rld", spec)
     logs = TimedLogs(cluster, namespace, "rld")
-    wait_until(lambda: logs.every_rank_said("code v=1 rank={rank} step=3"), 240, interval=0.5, message="v1")
+    # the edit comes once the first code ran ~10 s (40 steps), as a user's after reading its output:
+    # each generation's standby torchrun warms up 10 s after the generation started (the supervisor)
+    wait_until(lambda: logs.every_rank_said("code v=1 rank={rank} step=40"), 240, interval=0.5, message="v1")
     seen = logs.poll()
     program = project / RELOAD_LOOP.name
     program.write_text(program.read_text().replace("VERSION = 1\n", "VERSION = 2\n"))

@@ -47,7 +47,8 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
   environment — with torchrun's own modules already imported (torch: seconds), so a restart or a
   hot reload waits only for the workers' start. The first standby starts with the supervisor
   (it warms up while the pod waits for its first word); each next one when a generation starts,
-  warming up `TORCHRUN_STANDBY_DELAY_SECONDS` (5) later, after that generation's own start. Used
+  warming up `TORCHRUN_STANDBY_DELAY_SECONDS` (10) later, after that generation's workers imported
+  torch (a warm-up beside them slowed them in a container with a CPU limit). Used
   only when torchrun is a Python script (`TORCHRUN_STANDBY=0`: never); a standby that died is
   replaced by a plain start. It is the one process under the supervisor that a stop spares.
 - **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
@@ -90,7 +91,7 @@ DEFAULT_STATE = "/var/run/torchrun-progress/supervisor.json"
 POLL = 0.1
 KILL_AFTER = 10.0
 DECISION_SECONDS = 120.0
-STANDBY_DELAY = 5.0
+STANDBY_DELAY = 10.0
 STANDBY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_standby.py")
 PR_SET_CHILD_SUBREAPER = 36
 # this directory's workspace copier (the supervisor runs as a script from it, so it is on sys.path)
