@@ -57,9 +57,11 @@ def main() -> int:
     for run in range(args.runs):
         kind = "without the standby" if run % 2 else "with the standby"
         print(f"run {run + 1:2d} ({kind}): {results.get(str(run), 'NOT RUN')}", flush=True)
-    for line in re.findall(r"^hot reload in place.*$", out, re.MULTILINE):
+    for line in re.findall(r"hot reload in place.*$", out, re.MULTILINE):  # after pytest's dots
         print(line)
     warm, plain = seconds.get("standby", []), seconds.get("no standby", [])
+    print(f"with the standby: {', '.join(f'{v:.1f}' for v in warm)} s; without: "
+          f"{', '.join(f'{v:.1f}' for v in plain)} s")  # fmt: skip
     if warm and plain:
         print(
             f"command to every rank stepping on the new code: median {median(warm):.1f} s with the "

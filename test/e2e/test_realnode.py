@@ -1346,9 +1346,16 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     assert any(e["reason"] == "WorkspaceReloaded" and "in place" in e["message"] for e in said), said
     took = (max(firsts) - started).total_seconds()
     HOT_RELOAD_SECONDS["no standby" if plain else "standby"].append(took)
+
+    def last(prefix: str) -> str:  # when the last rank's supervisor said `prefix`, from the command
+        times = [t for t, text in lines if t > started and text.startswith(f"torchrun-supervisor: {prefix}")]
+        return f"{(max(times) - started).total_seconds():.1f} s" if len(times) == 2 else "?"
+
     print(
         f"hot reload in place{' without the standby' if plain else ''}: sync returned after "
-        f"{returned:.1f} s; every rank stepped on the new code {took:.1f} s after the command"
+        f"{returned:.1f} s; every rank stepped on the new code {took:.1f} s after the command "
+        f"(the supervisors heard generation 1 by {last('generation 1 asked')}, started it by "
+        f"{last('generation 1: starting')})"
     )
     if out := os.environ.get("TORCHRUN_BENCH_OUT"):
         Path(out).write_text(json.dumps(HOT_RELOAD_SECONDS) + "\n")
