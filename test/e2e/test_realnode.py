@@ -1357,6 +1357,14 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
         f"(the supervisors heard generation 1 by {last('generation 1 asked')}, started it by "
         f"{last('generation 1: starting')})"
     )
+    if took > 20:  # the slow case seen once in a few sessions: what the links and the controller said
+        for pod in pods(cluster, namespace, "rld", "worker"):
+            name = pod["metadata"]["name"]
+            said = cluster.kubectl(
+                "logs", "-n", namespace, name, "-c", "progress-reporter", "--timestamps", check=False
+            )
+            print(f"{name} progress-reporter:\n{said.stdout[-3000:]}")
+        print(f"controller log, last lines:\n{progress_controller.read_text()[-4000:]}")
     if out := os.environ.get("TORCHRUN_BENCH_OUT"):
         Path(out).write_text(json.dumps(HOT_RELOAD_SECONDS) + "\n")
 
