@@ -14,46 +14,19 @@ all measured in the same session. Needs root (the real node).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-TEST = "test/e2e/test_realnode.py"
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+from realnode_runs import median, outcomes, run_tests
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        seconds_file = Path(tmp) / "seconds.json"
-        env = {
-            **os.environ,
-            "TORCHRUN_HOT_RELOAD_RUNS": str(args.runs),
-            "TORCHRUN_BENCH_OUT": str(seconds_file),
-            "TORCHRUN_BENCH_STANDBY": "alternate",
-        }
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-s", TEST, "-k",
-             "hot_reload_runs_the_new_code"],
-            cwd=REPO, env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        seconds = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
-    out = done.stdout + done.stderr
-    results = dict(
-        (run, outcome)
-        for outcome, run in re.findall(r"^(PASSED|FAILED) \S+same_pods\S*\[(\d+)\]", out, re.MULTILINE)
-    )
+    env = {"TORCHRUN_HOT_RELOAD_RUNS": str(args.runs), "TORCHRUN_BENCH_STANDBY": "alternate"}
+    out, seconds = run_tests("hot_reload_runs_the_new_code", env, "-s")
+    results = outcomes(out, "same_pods")
     for run in range(args.runs):
         kind = "without the standby" if run % 2 else "with the standby"
         print(f"run {run + 1:2d} ({kind}): {results.get(str(run), 'NOT RUN')}", flush=True)

@@ -19,16 +19,9 @@ recreate test once.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-TEST = "test/e2e/test_realnode.py"
+from realnode_runs import median, outcomes, run_tests, spread
 
 
 def main() -> int:
@@ -36,25 +29,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--standby-baseline", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        seconds_file = Path(tmp) / "seconds.json"
-        env = {
-            **os.environ,
-            "TORCHRUN_IN_PLACE_RESTART_RUNS": str(args.runs),
-            "TORCHRUN_BENCH_OUT": str(seconds_file),
-            "TORCHRUN_BENCH_STANDBY": "alternate" if args.standby_baseline else "",
-        }
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--durations=0",
-             TEST, "-k", "in_place_in_the_same_pods or recreate_path_recovers"],
-            cwd=REPO, env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        seconds = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
-    out = done.stdout + done.stderr
-    results = dict(
-        (run, outcome)
-        for outcome, run in re.findall(r"^(PASSED|FAILED) \S+same_pods\S*\[(\d+)\]", out, re.MULTILINE)
-    )
+    env = {
+        "TORCHRUN_IN_PLACE_RESTART_RUNS": str(args.runs),
+        "TORCHRUN_BENCH_STANDBY": "alternate" if args.standby_baseline else "",
+    }
+    out, seconds = run_tests("in_place_in_the_same_pods or recreate_path_recovers", env, "--durations=0")
+    results = outcomes(out, "same_pods")
     in_place = seconds.get("InPlace", [])
     passed = sum(1 for v in results.values() if v == "PASSED")
     for run in range(args.runs):
@@ -63,24 +43,14 @@ def main() -> int:
         f"restarted in place and resumed from the newest checkpoint in {passed} of {args.runs} runs in a row"
     )
     if in_place:
-        ordered = sorted(in_place)
-        print(
-            f"crash to the first step after the resume, in place: median {ordered[len(ordered) // 2]:.1f} s, "
-            f"min {ordered[0]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} runs"
-        )
+        print(f"crash to the first step after the resume, in place: {spread(in_place)}")
     plain = seconds.get("InPlaceNoStandby", [])
     if plain and in_place:
-        ordered = sorted(plain)
-        ratio = ordered[len(ordered) // 2] / sorted(in_place)[len(in_place) // 2]
-        print(
-            f"in place without the standby torchrun: median {ordered[len(ordered) // 2]:.1f} s, min "
-            f"{ordered[0]:.1f} s, max {ordered[-1]:.1f} s over {len(ordered)} runs ({ratio:.2f}x the "
-            "median with it)"
-        )
+        ratio = median(plain) / median(in_place)
+        print(f"in place without the standby torchrun: {spread(plain)} ({ratio:.2f}x the median with it)")
     recreate = seconds.get("Recreate", [])
     if recreate and in_place:
-        median = sorted(in_place)[len(in_place) // 2]
-        ratio = recreate[0] / median
+        ratio = recreate[0] / median(in_place)
         print(
             f"recreate path, same crash, same session: {recreate[0]:.1f} s ({ratio:.1f}x the in-place median)"
         )
