@@ -328,6 +328,35 @@ def test_a_standby_that_died_is_replaced_by_a_plain_start_and_none_outlives_the_
     assert not standbys(None, str(tmp_path / "p" / "torchrun")), "the standby outlived the supervisor"
 
 
+SPARE_PROBE = r"""
+import os, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import torchrun_supervisor as s
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+nested = f"import subprocess, time; subprocess.Popen({sleeper!r}); time.sleep(60)"
+spared = subprocess.Popen([sys.executable, "-c", nested])
+other = subprocess.Popen(sleeper)
+time.sleep(1.0)  # the spared one has started what runs under it
+
+def stat(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()
+
+under = [int(p) for p in os.listdir("/proc") if p.isdigit() and stat(p)[1] == str(spared.pid)]
+s.kill_descendants(spared.pid)
+alive = lambda pid: os.path.exists(f"/proc/{pid}") and stat(pid)[0] != "Z"
+print(alive(spared.pid), alive(other.pid), len(under), any(alive(pid) for pid in under))
+spared.kill()
+"""
+
+
+def test_a_stop_spares_the_standby_but_not_what_runs_under_it() -> None:
+    """`kill_descendants(spared)`: the standby lives on; every other process, and anything a
+    program made the standby start, is killed (a worker cannot hide under the standby)."""
+    probe = [sys.executable, "-c", SPARE_PROBE, str(SUPERVISOR.parent)]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split() == ["True", "False", "1", "False"], done.stdout + done.stderr
+
+
 def standbys(parent: int | None, script: str = "") -> list[int]:
     """Live standby processes: `parent`'s children, or any naming `script`."""
     found = []

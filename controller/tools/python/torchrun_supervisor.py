@@ -50,7 +50,8 @@ import time (torch only on node rank 0, to host the rendezvous store: below). Wh
   warming up `TORCHRUN_STANDBY_DELAY_SECONDS` (10) later, after that generation's workers imported
   torch (a warm-up beside them slowed them in a container with a CPU limit). Used
   only when torchrun is a Python script (`TORCHRUN_STANDBY=0`: never); a standby that died is
-  replaced by a plain start. It is the one process under the supervisor that a stop spares.
+  replaced by a plain start. It is the one process under the supervisor that a stop spares (not
+  what runs under it).
 - **The store outlives torchrun.** On node rank 0 with the c10d rendezvous, the supervisor hosts
   the rendezvous' TCPStore on the rendezvous port itself (torch's c10d backend then connects to
   it as a client: `_create_tcp_store` falls back when the port is taken), so a restarted torchrun
@@ -227,6 +228,9 @@ class Standby:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
                 [interpreter, STANDBY, str(read), f"{delay:g}", script], env=env, pass_fds=(read,)
             )
+        except OSError:
+            os.close(self.order)
+            raise
         finally:
             os.close(read)
 
@@ -463,17 +467,17 @@ def _children(pid: int) -> list[int]:
 
 
 def kill_descendants(spared: int | None = None) -> None:
-    """SIGKILL every process under the supervisor but `spared` (the standby, which has none of
-    its own), until none is left (bounded: 5 s)."""
+    """SIGKILL every process under the supervisor but `spared` (the standby; whatever runs under
+    it is killed too: a standby has nothing under it, unless a program ordered it to run
+    something), until none is left (bounded: 5 s)."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         pending, seen = [os.getpid()], []
         while pending:
             for child in _children(pending.pop()):
-                if child == spared:
-                    continue
-                seen.append(child)
                 pending.append(child)
+                if child != spared:
+                    seen.append(child)
         if not seen:
             return
         for pid in seen:
