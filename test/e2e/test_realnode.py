@@ -1375,7 +1375,10 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     cluster = real.cluster
     plain = STANDBY_BASELINE and run % 2 == 1
     if plain:
-        env = [{"name": "OMP_NUM_THREADS", "value": "1"}, {"name": "TORCHRUN_STANDBY", "value": "0"}]
+        env = [
+            *cluster.get("torchrunqueue", queue)["spec"]["env"],
+            {"name": "TORCHRUN_STANDBY", "value": "0"},
+        ]
         cluster.kubectl(
             "patch", "torchrunqueue", queue, "--type=merge", "-p", json.dumps({"spec": {"env": env}})
         )

@@ -219,10 +219,14 @@ def python_script(argv: list[str], env: dict[str, str]) -> tuple[str, str, list[
 
 
 class Standby:
-    """One `torchrun_standby.py` process: started with `env`, it warms up after `delay` seconds and
-    runs the script when `launch` gives it its arguments and environment (its module doc)."""
+    """One `torchrun_standby.py` process for `script` (run by `interpreter` with `args`, generation
+    0's: `python_script`): started with `env`, it warms up after `delay` seconds and runs the script
+    when `launch` gives it a generation's arguments and environment (its module doc)."""
 
-    def __init__(self, interpreter: str, script: str, env: dict[str, str], delay: float) -> None:
+    def __init__(
+        self, interpreter: str, script: str, args: list[str], env: dict[str, str], delay: float
+    ) -> None:
+        self.args = args
         read, self.order = os.pipe()
         try:
             self.proc: subprocess.Popen[bytes] = subprocess.Popen(
@@ -323,9 +327,8 @@ class Supervisor:
         """A standby for the next start, when torchrun is a Python script and none waits."""
         if self.script is None or self.standby is not None:
             return
-        interpreter, script, _ = self.script
         try:
-            self.standby = Standby(interpreter, script, self.env, delay)
+            self.standby = Standby(*self.script, self.env, delay)
         except OSError as exc:
             _say(f"cannot start a standby torchrun ({exc}): each generation starts afresh")
             self.script = None
@@ -340,8 +343,8 @@ class Supervisor:
         argv = [self.argv[0], *with_generation(self.argv[1:], generation)]
         _say(f"generation {generation}: starting {' '.join(argv[:1] + argv[1:8])} ...")
         child = None
-        if self.standby is not None and self.script is not None:
-            child = self.standby.launch(with_generation(self.script[2], generation), env)
+        if self.standby is not None:
+            child = self.standby.launch(with_generation(self.standby.args, generation), env)
             self.standby = None
         if child is None:
             child = subprocess.Popen(argv, env=env)
@@ -371,7 +374,6 @@ class Supervisor:
         kill_descendants(self.spared())
 
     def run(self) -> int:
-        self.prepare_standby(0.0)
         word = self.first_word()
         if word is None:
             return 143
