@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 
 from realnode_runs import median, outcomes, run_tests
 
@@ -23,10 +24,13 @@ from realnode_runs import median, outcomes, run_tests
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--output", type=Path, help="write pytest's whole output here (a slow run's logs)")
     args = parser.parse_args()
     env = {"TORCHRUN_HOT_RELOAD_RUNS": str(args.runs), "TORCHRUN_BENCH_STANDBY": "alternate"}
     out, seconds = run_tests("hot_reload_runs_the_new_code", env, "-s")
     results = outcomes(out, "same_pods")
+    if args.output:
+        args.output.write_text(out)
     for run in range(args.runs):
         kind = "without the standby" if run % 2 else "with the standby"
         print(f"run {run + 1:2d} ({kind}): {results.get(str(run), 'NOT RUN')}", flush=True)
