@@ -82,6 +82,11 @@ realnode_network() {  # the pods' bridge, with the node's address on it, and the
     ip link add "$REAL_NODE_BRIDGE" type bridge
     ip addr add "$REAL_NODE_IP/${REAL_NODE_SUBNET#*/}" dev "$REAL_NODE_BRIDGE"
   fi
+  # the bridge's MAC, pinned: a bridge whose address was never set takes its lowest port's, so the
+  # deletion of the pod whose veth gave it (often the first sync pod) moves it, and every pod's ARP
+  # entry for the node's address is wrong until it expires — 30-50 s in which no pod reaches the
+  # node (the progress endpoint, CoreDNS). The kernel never moves an address that was set.
+  ip link set "$REAL_NODE_BRIDGE" address "$(cat "/sys/class/net/$REAL_NODE_BRIDGE/address")"
   ip link set "$REAL_NODE_BRIDGE" up
   # a ClusterIP's connection is DNATed on the node to a pod on the bridge: the node forwards it
   sysctl -qw net.ipv4.ip_forward=1

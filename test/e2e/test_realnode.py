@@ -311,6 +311,52 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
     assert (checkpoints / "model.pt").stat().st_size > 0
 
 
+def node_link(cluster: Cluster) -> Path:
+    """The sysfs directory of the host link that holds the real node's address (its bridge)."""
+    node = cluster.get("node", NODE)
+    (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    shown = subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True)
+    (name,) = [
+        link["ifname"]
+        for link in json.loads(shown.stdout)
+        if any(a.get("local") == address for a in link.get("addr_info") or ())
+    ]
+    return Path("/sys/class/net") / name
+
+
+def test_the_address_pods_reach_the_node_by_survives_any_pods_deletion(
+    real: RealNode, namespace: str
+) -> None:
+    """Pods reach the node (the progress endpoint, CoreDNS) at the bridge's address. A Linux bridge
+    whose MAC was never set takes its lowest port's, so deleting the pod whose veth gave it moves
+    the MAC, and every other pod's ARP entry for the node is wrong until it expires: a hot reload
+    took 56.9 s so (2026-11-28: the first sync pod's deletion cut the workers' reports for 46 s).
+    `up` sets the bridge's address (addr_assign_type 3, NET_ADDR_SET), which the kernel never
+    moves; two pods come and go and it stays."""
+    link = node_link(real.cluster)
+    assert (link / "addr_assign_type").read_text().strip() == "3", "the bridge's MAC is not pinned"
+    mac, ports = (link / "address").read_text(), set(os.listdir(link / "brif"))
+    names = ("mac-a", "mac-b")
+    for name in names:
+        real.cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    **REAL_NODE_SCHEDULING,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "pause", "image": real.images["PAUSE_IMAGE"]}],
+                },
+            }
+        )
+    wait_until(lambda: len(set(os.listdir(link / "brif")) - ports) == 2, 60, message="both pods' veths")
+    assert (link / "address").read_text() == mac
+    real.cluster.kubectl("delete", "pod", "-n", namespace, *names, "--wait=true", "--timeout=60s")
+    wait_until(lambda: set(os.listdir(link / "brif")) <= ports, 60, message="both veths gone")
+    assert (link / "address").read_text() == mac
+
+
 def test_a_failing_rank_restarts_the_whole_job_for_real_then_fails_at_the_cap(
     real: RealNode, namespace: str, controller: Path, queue: str, tmp_path: Path
 ) -> None:
