@@ -69,6 +69,11 @@ def packed(root: Path, force: bool, limit: int = DEFAULT_SIZE_LIMIT) -> Iterator
         yield Packed(tree=tree, archive=archive, path=path)
 
 
+SYNC_POD_POLL = 0.25
+"""Seconds between looks at the sync pod the upload waits for: it runs a second or two after it is
+made, and each second of the wait is a second of the hot reload (two GETs a look, for seconds)."""
+
+
 def _sync_pod_running(kube: Kube, job: JSON, generation: int) -> bool | Waiting | None:
     """True once the sync pod runs; while the job is held up, None (its conditions say why),
     else what the pod is doing. A pod of that name the job does not control (its controller owner
@@ -101,7 +106,7 @@ def send_generation(
     the workspace lacks, else or failing that the whole archive); the marker."""
     pod = sync_pod_name(job, generation)
     console.say(f"waiting for the sync pod {pod}")
-    wait(kube, job, lambda current: _sync_pod_running(kube, current, generation), console.say)
+    wait(kube, job, lambda current: _sync_pod_running(kube, current, generation), console.say, SYNC_POD_POLL)
     traffic = Traffic()
     if delta:
         sent = send_delta(kube, pod, generation, pack.tree, pack.archive, pack.path.parent, traffic, _ignore)

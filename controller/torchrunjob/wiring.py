@@ -11,7 +11,9 @@
   `resolveControllerRef`) — after `OWNED_EVENT_BATCH` seconds, as kube-controller-manager's Job
   controller batches its pod events: the many events of pods starting together (created,
   scheduled, running, the Job's counts) become one pass, not one each; a resync's replay of an
-  owned object (its resourceVersion unchanged) enqueues nothing. The label only narrows
+  owned object (its resourceVersion unchanged) enqueues nothing. A pod the TorchrunJob controls
+  itself (a sync pod: a handful of events per generation, nothing to fold) enqueues at once — its
+  end publishes a generation, which a hot reload waits for. The label only narrows
   the cache; it never decides whose an object is. One exception, which proves nothing and
   writes nothing: when a labelled object that no TorchrunJob controls goes away, the job its
   label names is looked at again if it is waiting with `NameConflict` — the name may be free now.
@@ -32,6 +34,7 @@ from controller.api.kueue import WORKLOAD_VERSIONS
 from controller.api.reasons import Reason
 from controller.api.resources import (
     JOB_QUEUE_INDEX,
+    TORCHRUNJOB_KIND,
     TORCHRUNJOBS,
     TORCHRUNQUEUES,
     job_queue_index,
@@ -41,7 +44,7 @@ from controller.cache import DeletedFinalStateUnknown, Lister, OptionalInformers
 from controller.cache.informer import FuncHandler, unwrap_tombstone
 from controller.cache.store import label_index, label_index_name
 from controller.cache.transforms import slim_job, slim_pod
-from controller.meta import Obj, Resource
+from controller.meta import Obj, Resource, controller_of
 from controller.metrics.registry import ControllerMetrics
 from controller.rest.client import RESTClient
 from controller.rest.resources import JOBS, PODS, PVCS, SERVICES
@@ -128,8 +131,12 @@ def new_controller(
         update=handlers.owned_updated,
         delete=handlers.owned_deleted,
     )
+    pod_handler = FuncHandler(
+        add=lambda o, _: handlers.owned(o), update=handlers.pod_updated, delete=handlers.owned_deleted
+    )
     for resource in OWNED:
-        factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(owned_handler)
+        handler = pod_handler if resource == PODS else owned_handler
+        factory.informer_for(resource, label_selector=JOB_LABEL).add_event_handler(handler)
     for resource in POD_GROUP_RESOURCES.values():
         informers.add_event_handler(resource, owned_handler, label_selector=JOB_LABEL)
     # a Workload's appearance, and its status (Kueue's words for why it waits: starting.py); on
@@ -190,6 +197,19 @@ class Handlers:
         key = self.owner_key(obj)
         if key is not None:
             self.enqueue_batched(key)
+
+    def pod_updated(self, old: Obj, new: Obj) -> None:
+        """`owned_updated` for a pod, but at once for a pod a TorchrunJob controls itself (module
+        doc): the job it names by that reference, found in the cache with the reference's UID."""
+        if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
+            return
+        ref = controller_of(new)
+        if ref is None or not TORCHRUNJOB_KIND.named_by(ref):
+            self.owned(new)
+            return
+        key = self.owner_key(new)
+        if key is not None:
+            self.enqueue(key)
 
     def owned_updated(self, old: Obj, new: Obj) -> None:
         """An update of an owned object; a periodic resync's replay (the same resourceVersion:

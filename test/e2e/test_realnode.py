@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -198,6 +199,35 @@ def plugin_run(real: RealNode, namespace: str, project: Path, *args: str) -> sub
         timeout=900,
         check=False,
     )
+
+
+def timed_plugin_run(
+    real: RealNode, namespace: str, project: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], list[tuple[datetime, str]]]:
+    """`plugin_run`, with each line the plugin said on stderr stamped with when it was read."""
+    proc = subprocess.Popen(
+        [str(PLUGIN), "-n", namespace, *args],
+        cwd=project,
+        env=plugin_env(real.cluster),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[tuple[datetime, str]] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append((datetime.now(UTC), f"plugin: {line.rstrip()}"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(timeout=900)
+    reader.join(timeout=10)
+    err = "".join(text.removeprefix("plugin: ") + "\n" for _, text in said)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), said
 
 
 def project_with_train(tmp_path: Path, program: Path = TRAIN) -> Path:
@@ -1407,6 +1437,29 @@ HOT_RELOAD_RUNS = int(os.environ.get("TORCHRUN_HOT_RELOAD_RUNS", "1"))
 HOT_RELOAD_SECONDS: dict[str, list[float]] = {"standby": [], "no standby": []}
 
 
+def reload_timeline(
+    lines: list[tuple[datetime, str]], started: datetime, controller_log: Path, end: datetime
+) -> str:
+    """Where a hot reload's seconds went, from the command: the controller's log lines about the
+    new sync pod and the generation it published, and every supervisor line and first step of the
+    new code up to `end`, each as `+seconds what`."""
+    said: list[tuple[datetime, str]] = []
+    for line in controller_log.read_text().splitlines():
+        stamp, _, rest = line.partition(" ")
+        if stamp[:4].isdigit() and ("rld-sync-1" in rest or "generation=1" in rest or "status" in rest):
+            said.append((datetime.fromisoformat(stamp.replace("Z", "+00:00")), "controller: " + rest[:90]))
+    firsts = {}
+    for t, text in lines:
+        if text.startswith("code v=2 rank="):
+            firsts.setdefault(text.split()[2], (t, text))
+    said += [
+        (t, text) for t, text in lines if text.startswith(("torchrun-supervisor:", "plugin:", "sync pod:"))
+    ]
+    said += firsts.values()
+    window = sorted((t, text) for t, text in said if started <= t <= end)
+    return "\n".join(f"  +{(t - started).total_seconds():5.2f} s  {text}" for t, text in window)
+
+
 @pytest.mark.parametrize("run", range(HOT_RELOAD_RUNS))
 def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path, run: int
@@ -1443,7 +1496,7 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     program = project / RELOAD_LOOP.name
     program.write_text(program.read_text().replace("VERSION = 1\n", "VERSION = 2\n"))
     started = datetime.now(UTC)
-    synced = plugin_run(real, namespace, project, "sync", "rld")
+    synced, plugin_said = timed_plugin_run(real, namespace, project, "sync", "rld")
     returned = (datetime.now(UTC) - started).total_seconds()
     why = f"{synced.stdout}{synced.stderr}\n{diagnose(cluster, namespace, 'rld')}"
     said = synced.stdout + synced.stderr  # the plugin reports on stderr
@@ -1471,6 +1524,12 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
         f"(the supervisors heard generation 1 by {last('generation 1 asked')}, started it by "
         f"{last('generation 1: starting')})"
     )
+    sync_log = cluster.kubectl("logs", "--timestamps", "-n", namespace, "rld-sync-1", check=False).stdout
+    sync_said = [
+        (_log_time(line.partition(" ")[0]), f"sync pod: {line.partition(' ')[2][:100]}")
+        for line in sync_log.splitlines()
+    ]
+    print(reload_timeline([*lines, *plugin_said, *sync_said], started, progress_controller, max(firsts)))
     if took > 20:  # the slow case seen once in a few sessions: what the links and the controller said
         for pod in pods(cluster, namespace, "rld", "worker"):
             name = pod["metadata"]["name"]

@@ -20,9 +20,11 @@ import pytest
 from testbed import wait_until
 
 from controller.api import TorchrunJobStatus
+from controller.api.labels import GENERATION_ANNOTATION
 from controller.progress.sidecar.inplace import (
     FAST_SECONDS,
     RETRY_SECONDS,
+    SOON_SECONDS,
     WATCH_SECONDS,
     State,
     Watcher,
@@ -503,17 +505,74 @@ def test_the_word_is_final_once_every_rank_succeeded_in_the_current_generation()
     worker = {"metadata": {"uid": "a", "annotations": {}}, "spec": {"completions": 4, "parallelism": 2}}
     done = lambda g: Told(State(g, "succeeded", 0), now, "p")  # noqa: E731
     running = Told(State(2, "running", None), now, "p")
-    assert word(job, worker, "a", {0: done(2), 1: running}) == {"generation": 2, "final": False}
-    assert word(job, worker, "a", {0: done(2), 1: done(1)}) == {"generation": 2, "final": False}
-    assert word(job, worker, "a", {0: done(2), 1: done(2)}) == {"generation": 2, "final": True}
-    assert word(job, worker, "a", {0: done(2)}) == {"generation": 2, "final": False}  # rank 1 not heard
+    assert word(job, worker, "a", {0: done(2), 1: running}) == {
+        "generation": 2,
+        "final": False,
+        "soon": False,
+    }
+    assert word(job, worker, "a", {0: done(2), 1: done(1)}) == {
+        "generation": 2,
+        "final": False,
+        "soon": False,
+    }
+    assert word(job, worker, "a", {0: done(2), 1: done(2)}) == {"generation": 2, "final": True, "soon": False}
+    assert word(job, worker, "a", {0: done(2)}) == {
+        "generation": 2,
+        "final": False,
+        "soon": False,
+    }  # rank 1 not heard
 
 
 def test_the_word_names_the_current_attempts_generation_and_ends_an_old_attempt() -> None:
-    assert word(_job(3, 2, 5), _worker_job("w", 1), "w") == {"generation": 5, "final": False}
-    assert word(_job(3, 2, 5), _worker_job("w", 0), "w") == {"generation": 0, "final": True}  # old attempt
-    assert word(_job(3, 2, 5), _worker_job("new", 1), "w") == {"generation": 0, "final": True}  # replaced
+    assert word(_job(3, 2, 5), _worker_job("w", 1), "w") == {"generation": 5, "final": False, "soon": False}
+    assert word(_job(3, 2, 5), _worker_job("w", 0), "w") == {
+        "generation": 0,
+        "final": True,
+        "soon": False,
+    }  # old attempt
+    assert word(_job(3, 2, 5), _worker_job("new", 1), "w") == {
+        "generation": 0,
+        "final": True,
+        "soon": False,
+    }  # replaced
     assert word(_job(3, 2, 5, finished=True), _worker_job("w", 1), "w")["final"] is True
+
+
+def test_the_word_says_soon_from_a_claimed_generation_until_its_reload_is_asked() -> None:
+    job = _job(0, 0, 0)
+    worker = {
+        "metadata": {"uid": "w", "annotations": {"torchrun.ai/restart": "0", GENERATION_ANNOTATION: "1"}}
+    }
+    assert word(job, worker, "w")["soon"] is False  # generation 1 runs: nothing claimed past it
+    job["spec"] = {"workspace": {"generation": 2}}  # `kubectl torchrun sync` claimed generation 2
+    assert word(job, worker, "w") == {"generation": 0, "final": False, "soon": True}
+    job["status"]["workspaceGeneration"] = 2  # synced, its reload not yet asked: still soon
+    assert word(job, worker, "w")["soon"] is True
+    job["status"] |= {"inPlaceWorkspaceGeneration": 2, "inPlaceGeneration": 1}  # asked
+    assert word(job, worker, "w") == {"generation": 1, "final": False, "soon": False}
+    job["spec"]["workspace"]["generation"] = 3
+    assert word(job, {**worker, "metadata": {"uid": "other"}}, "w")["soon"] is False  # final: an old attempt
+    bad = {"metadata": {"uid": "w", "annotations": {"torchrun.ai/restart": "0", GENERATION_ANNOTATION: "x"}}}
+    assert word(job, bad, "w")["soon"] is True  # an unreadable annotation counts as generation 0
+
+
+def test_soon_polls_fast_for_a_bounded_time_only() -> None:
+    link = Link([(200, {"inPlace": {"generation": 0, "final": False, "soon": True}})])
+    link.state = State(0, "running", None)
+    assert link.watcher.tick(0.0) == 200 and link.written == [{"generation": 0, "final": False}]
+    assert link.watcher.tick(FAST_SECONDS) == 200  # a reload is on its way: fast, though running
+    assert link.watcher.tick(SOON_SECONDS - 0.1) == 200  # still within the bound: fast
+    bound = SOON_SECONDS - 0.1 + FAST_SECONDS
+    assert link.watcher.tick(bound) == 200  # past the bound: an upload that never came...
+    assert link.watcher.tick(bound + FAST_SECONDS) is None  # ...costs no more than a healthy pod
+    assert link.watcher.tick(bound + WATCH_SECONDS) == 200
+    link.answers[0] = (200, {"inPlace": {"generation": 1, "final": False, "soon": False}})
+    t = bound + 2 * WATCH_SECONDS
+    assert link.watcher.tick(t) == 200
+    assert link.written[-1] == {"generation": 1, "final": False}  # `soon` is not part of the word
+    link.answers[0] = (200, {"inPlace": {"generation": 1, "final": False, "soon": True}})
+    assert link.watcher.tick(t + WATCH_SECONDS) == 200  # a new claim...
+    assert link.watcher.tick(t + WATCH_SECONDS + FAST_SECONDS) == 200  # ...is fast again
 
 
 def test_supervisor_states_tell_changes_and_keep_one_attempt() -> None:

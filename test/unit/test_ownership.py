@@ -152,6 +152,25 @@ def test_a_resync_replay_of_an_owned_object_enqueues_nothing_a_change_does() -> 
     assert keys == [f"{NS}/train"]
 
 
+def test_a_pod_the_job_controls_itself_is_enqueued_at_once_a_workers_pod_batched() -> None:
+    worker = obj("train", ref("TorchrunJob", "train", "tj-1"), uid="job-1")
+    now: list[str] = []
+    batched: list[str] = []
+    h = Handlers(now.append, lister(), lister(worker), enqueue_batched=batched.append)
+    sync = obj("train-sync-1", ref("TorchrunJob", "train", "tj-1"), rv="5")
+    h.pod_updated(sync, sync)  # a resync's replay: nothing
+    h.pod_updated(sync, obj("train-sync-1", ref("TorchrunJob", "train", "tj-1"), rv="6"))
+    assert (now, batched) == ([f"{NS}/train"], [])
+    h.pod_updated(
+        obj("train-0", ref("Job", "train", "job-1"), rv="1"),
+        obj("train-0", ref("Job", "train", "job-1"), rv="2"),
+    )
+    h.pod_updated(
+        obj("x", labels={JOB_LABEL: "train"}, rv="1"), obj("x", labels={JOB_LABEL: "train"}, rv="2")
+    )
+    assert (now, batched) == ([f"{NS}/train"], [f"{NS}/train"])  # the label alone: nothing
+
+
 def test_a_foreign_objects_deletion_wakes_only_a_job_waiting_on_its_name() -> None:
     waiting = obj(
         "train",

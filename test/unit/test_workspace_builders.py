@@ -192,6 +192,20 @@ def test_a_sync_pod_counts_only_when_it_succeeded_with_the_marker_of_its_generat
     assert not sync_pod_state({"metadata": {"name": "x"}, "status": {"phase": "Running"}}, 0).done
 
 
+def test_a_sync_container_that_exited_0_counts_before_the_pods_phase_says_so() -> None:
+    """The kubelet reports the container's end about a second before the pod's phase."""
+
+    def pod(phase: str, code: int, message: str = OK) -> dict[str, Any]:
+        got = ended(phase, message)
+        got["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = code
+        return got
+
+    assert sync_pod_state(pod("Running", 0), 0).synced
+    assert not sync_pod_state(pod("Running", 0), 1).synced, "a marker of another generation"
+    assert not sync_pod_state(pod("Running", 1), 0).done, "a failure waits for the pod's phase"
+    assert not sync_pod_state(pod("Failed", 0), 0).synced, "a failed pod never counts"
+
+
 def test_a_failed_sync_pod_gives_the_sync_programs_reason() -> None:
     failed = json.dumps(
         {"result": "Failed", "generation": 0, "reason": "GitFetchFailed", "message": "no ref x"}

@@ -7,8 +7,10 @@ else is no state) and POSTs `{"job": NAME, "inPlace": {"generation": G, "state":
 C}}` to the progress endpoint — at once when the state changed, every `FAST_SECONDS` while the
 supervisor waits for a word (a fresh pod, a failure told, or its torchrun done: it ends its pod
 at the word `final`), else every `WATCH_SECONDS` (the controller's stall restarts and reloads
-reach healthy pods this way); a 503 or no answer is tried again after `RETRY_SECONDS`, a refusal
-after `REFUSED_SECONDS`. The answer's word
+reach healthy pods this way) — but every `FAST_SECONDS` too while the answer says `soon` (a hot
+reload is on its way), for at most `SOON_SECONDS` from the first such answer, so an upload that
+never comes costs no lasting load; a 503 or no answer is tried again after `RETRY_SECONDS`, a
+refusal after `REFUSED_SECONDS`. The answer's word
 `{"generation": G, "final": bool}` is written to `TORCHRUN_CONTROL_FILE` (whole: write, then
 rename) when it differs from the last one written; the supervisor polls that file. Nothing here
 raises: a broken link must not take the pod down (the supervisor's own timeout ends a failed
@@ -26,6 +28,7 @@ from typing import Any
 
 WATCH_SECONDS = 2.0
 FAST_SECONDS = 0.5
+SOON_SECONDS = 60.0
 RETRY_SECONDS = 1.0
 REFUSED_SECONDS = 30.0
 TICK_SECONDS = 0.1
@@ -117,6 +120,7 @@ class Watcher:
         self.word: dict[str, Any] | None = None  # the word last written
         self.next_at = 0.0  # the next POST when nothing changed
         self.retry_at = 0.0  # no POST before this, even for a change: the last one failed
+        self.soon_since: float | None = None  # when the answers began to say `soon`
 
     def _waiting(self, state: State | None) -> bool:
         if state is None or state.state not in ("waiting", "failed", "succeeded"):
@@ -133,10 +137,14 @@ class Watcher:
         status, answer = self.send(body)
         if status == 200:
             self.sent = state
-            word = parse_word(answer.get("inPlace") if isinstance(answer, dict) else None)
+            said = answer.get("inPlace") if isinstance(answer, dict) else None
+            word = parse_word(said)
             if word is not None and word != self.word and self.write(word):
                 self.word = word
-            self.next_at = now + (FAST_SECONDS if self._waiting(state) else WATCH_SECONDS)
+            soon = isinstance(said, dict) and said.get("soon") is True
+            self.soon_since = (self.soon_since if self.soon_since is not None else now) if soon else None
+            hurry = self.soon_since is not None and now - self.soon_since < SOON_SECONDS
+            self.next_at = now + (FAST_SECONDS if hurry or self._waiting(state) else WATCH_SECONDS)
             self.retry_at = 0.0
         else:
             pause = REFUSED_SECONDS if status in (400, 401, 403, 404, 413) else RETRY_SECONDS

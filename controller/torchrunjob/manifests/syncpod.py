@@ -8,7 +8,11 @@ non-root.
 
 `sync_pod_state` reads a sync pod: synced only when the pod **succeeded and** its termination
 message is the sync program's success report **for generation G** (the seed trusted the pod's
-success alone); a failed pod gives the sync program's reason.
+success alone); a failed pod gives the sync program's reason. Succeeded means phase `Succeeded`,
+or — a second sooner — its one container terminated with exit code 0 while the phase is not yet
+terminal: the kubelet reports a container's end at once but the pod's phase only after it stopped
+the pod's sandbox (about 1 s on the real node), and with `restartPolicy: Never` that container
+never runs again. A pod whose phase is `Failed` never counts, whatever its container said.
 """
 
 from __future__ import annotations
@@ -146,14 +150,15 @@ def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def sync_pod_state(pod: Mapping[str, Any], generation: int) -> SyncPodState:
-    """Synced only for a pod that succeeded *and* reported the marker of `generation`."""
+    """Synced only for a pod that succeeded *and* reported the marker of `generation` (module doc)."""
     phase = (pod.get("status") or {}).get("phase")
-    if phase not in ("Succeeded", "Failed"):
-        return SyncPodState(done=False)
     term = _terminated(pod)
+    exited_0 = phase != "Failed" and term.get("exitCode") == 0
+    if phase not in ("Succeeded", "Failed") and not exited_0:
+        return SyncPodState(done=False)
     result = parse_termination_message(term.get("message"))
     finished = parse_time(term["finishedAt"]) if term.get("finishedAt") else None
-    if result.succeeded and (phase != "Succeeded" or result.generation != generation):
+    if result.succeeded and (not exited_0 or result.generation != generation):
         why = (
             f"the sync pod reported generation {result.generation}, not {generation}"
             if result.generation != generation
