@@ -5,7 +5,9 @@ controllers, the autoscaler, the progress endpoint and the plugin read.
 - `is_ready`: its `Ready` condition is True;
 - `node_rank`: the completion index the Job controller wrote in its `COMPLETION_INDEX_ANNOTATION`
   (None without a readable one);
-- `unschedulable`: the scheduler's words for the pods it cannot place.
+- `unschedulable`: the scheduler's words for the pods it cannot place;
+- `disruption`: its `DisruptionTarget=True` condition — evicted, preempted, or lost with its node
+  (taint eviction, pod GC) — whatever its containers exited with, not the training's fault.
 Pure functions of the pod's JSON, on the standard library alone: the lowest layer, so any part of
 the controller and the plugin may import it.
 """
@@ -54,3 +56,11 @@ def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
             ):
                 said.setdefault(cond.get("message") or "unschedulable", pod["metadata"]["name"])
     return "; ".join(f"pod {name}: {message}" for message, name in said.items()) or None
+
+
+def disruption(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's `DisruptionTarget=True` condition (module doc), or None."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return cond  # type: ignore[no-any-return]
+    return None

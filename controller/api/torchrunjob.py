@@ -385,6 +385,16 @@ class TorchrunJobStatus:
             schema={"format": "int32"},
         ),
     )
+    disruptions: int = field(
+        default=0,
+        metadata=api(
+            "Attempts ended at once because a worker pod was disrupted (evicted, preempted, or lost "
+            "with its node) and started again from the newest checkpoint, not counted in restarts: "
+            "a fixed-size job that restarts by recreating its pods, whose torchrun cannot take a "
+            "replaced node back (distributed.maxRestarts 0).",
+            schema={"format": "int32"},
+        ),
+    )
     in_place_generation: int = field(
         default=0,
         metadata=api(
@@ -496,8 +506,9 @@ class TorchrunJobStatus:
 
     @property
     def attempt(self) -> int:
-        """The worker Job's attempt: the restarts that recreated it (restarts in place keep it)."""
-        return self.restarts - self.in_place_restarts
+        """The worker Job's attempt: the restarts and disruptions that recreated it (restarts in
+        place keep it)."""
+        return self.restarts - self.in_place_restarts + self.disruptions
 
 
 @dataclass(frozen=True)

@@ -143,11 +143,14 @@ def waiting_line(job: JSON) -> str | None:
 
 
 def _restarts_said(job: JSON) -> str:
-    """`restarts N`, and how many of them ran in place when any did."""
+    """`restarts N`, how many of them ran in place when any did, and the uncounted new attempts
+    after a disrupted rank when there were any."""
     status = job.get("status") or {}
     said = f"restarts {status.get('restarts', 0)}"
     in_place = status.get("inPlaceRestarts") or 0
-    return f"{said}, {in_place} in place" if in_place else said
+    said = f"{said}, {in_place} in place" if in_place else said
+    disruptions = status.get("disruptions") or 0
+    return f"{said}; {disruptions} disrupted, started again uncounted" if disruptions else said
 
 
 def status_text(job: JSON, pods: Sequence[JSON], events: Sequence[JSON], now: datetime.datetime) -> str:

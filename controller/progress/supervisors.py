@@ -122,7 +122,9 @@ def word(
     """The answer to a supervisor of worker Job `attempt_uid` (module doc); `states`: the attempt's
     (`SupervisorStates.view`), for `final` once every rank succeeded."""
     status = job.get("status") or {}
-    attempt = _int(status.get("restarts")) - _int(status.get("inPlaceRestarts"))
+    attempt = (
+        _int(status.get("restarts")) - _int(status.get("inPlaceRestarts")) + _int(status.get("disruptions"))
+    )
     current = (
         worker_job is not None
         and worker_job["metadata"].get("uid") == attempt_uid

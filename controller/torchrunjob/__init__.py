@@ -9,7 +9,8 @@
   the namespace admit the workers: a dry run), `workers` (the worker Job of the attempt),
   `elastic`, `evictions`, `actions` (what a lifecycle decision asks), `start_evidence` (what
   `starting` reads), `progress` (the reports → `status.progress`, `Progressing`, a stall),
-  `inplace` (a failure the supervisors told → a restart in place);
+  `inplace` (a failure the supervisors told → a restart in place), `disruption` (a disrupted rank
+  on the recreate path → a new attempt at once, uncounted);
 - the pure decisions: `admission` (may the job run on its queue), `lifecycle` (deadline, TTL,
   finished, restart or fail), `status`, `starting` (why workers do not run yet), `checkpoints`
   (`status.checkpoint`), `goodput` (the `status.goodput` ledger folded at each status write);

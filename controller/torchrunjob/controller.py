@@ -11,7 +11,8 @@ or a sync still at work, autoclean, TTL); else `admit` (queue Ready, job valid �
 attempt's state as conditions — suspended, running or why not (`starting.py`; `reload.py`: hot
 reload rolls workers made before the generation in use; `progress.py`: status.progress,
 Progressing, a stall), restarted in place after a failure its supervisors told (`inplace.py`,
-for a job that restarts in place), or ended (`lifecycle.attempt_ended`).
+for a job that restarts in place), started again at once after a disrupted rank
+(`disruption.py`, for one that recreates its pods), or ended (`lifecycle.attempt_ended`).
 No step writes the status: it is computed from what the steps answered and written once, **on
 every path** — an exception's too, which then still propagates so the key is retried with backoff
 (`reporter.py`: only when it changed; transitions become Events) — but a write that would
@@ -54,7 +55,8 @@ from controller.torchrunjob.actions import Actions
 from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.children import Children
 from controller.torchrunjob.claims import WorkspaceClaims
-from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState
+from controller.torchrunjob.disruption import disrupted_restart
+from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState, generation_of
 from controller.torchrunjob.inplace import InPlace
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.manifests.etcd import READY, EtcdState
@@ -268,6 +270,12 @@ class TorchrunJobReconciler:
         final = outcome is not None
         progress = self.progress.observe(job, attempt.queue, attempt.job, attempt.pods, status, now, final)
         seen = seen.then(progress.decision)
+        if outcome is None and not self.in_place.on(job):  # a disrupted rank: a new attempt at once
+            suspended = (attempt.job.get("spec") or {}).get("suspend") is True
+            made_for = generation_of(attempt.job)
+            disrupted = disrupted_restart(job, attempt.pods, status, made_for=made_for, suspended=suspended)
+            if disrupted is not None:
+                return seen.then(disrupted)
         if outcome is None:
             found = st.retriable_failures(
                 attempt.pods, attempt.job["metadata"]["uid"], fp.retriable_exit_codes

@@ -5,9 +5,9 @@ the causes of the rest, folded into the ledger `status.goodput` (`api/goodput.py
 this status write knows, and charges the time in between by what the job was doing (`state`):
 - **Scheduling**: admitted, the first attempt's workers not all running yet (phase not Running);
 - **Startup**: the first attempt's workers run, no training step reported yet;
-- **Restarting**: from a whole-job restart (`status.restarts` grew) — the time since the old
-  attempt's last step included, unless that attempt was `Stalled` (then stalls: `onStall:
-  Restart`) — to the new attempt's first step;
+- **Restarting**: from a whole-job restart (`status.restarts` grew, or `status.disruptions`: a
+  disrupted rank's new attempt) — the time since the old attempt's last step included, unless that
+  attempt was `Stalled` (then stalls: `onStall: Restart`) — to the new attempt's first step;
 - **Training**: between two step observations (a step and when it changed, from the progress
   reports: `Seen.point`). Of the time from one to the next, `steps × step time` is work — done
   again (**redone**) for steps up to the highest reached before, **good** above it — and the rest

@@ -29,7 +29,7 @@ from controller.api import (
 from controller.api.reasons import Reason, Severity, severity_of
 from controller.cache import thaw
 from controller.meta import controller_of
-from controller.pods import is_live, is_ready
+from controller.pods import disruption, is_live, is_ready
 from controller.progress.eta import while_running
 from controller.torchrunjob import goodput
 from controller.torchrunjob.manifests.worker import CONTAINER
@@ -106,13 +106,6 @@ def worker_outcome(worker_job: Mapping[str, Any] | None) -> Outcome | None:
     return None
 
 
-def _disrupted(pod: Mapping[str, Any]) -> bool:
-    """The pod carries `DisruptionTarget=True`: it was evicted, preempted, or lost with its node
-    (taint eviction, PodGC), so whatever its containers exited with is not the training's fault."""
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions)
-
-
 def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes: Collection[int]) -> int:
     """Failed pods of this worker Job (by controller reference) whose torchrun container exited
     with one of `codes` — the failures podFailurePolicy's Ignore rule does not count. A disrupted
@@ -125,7 +118,7 @@ def retriable_failures(pods: Iterable[Mapping[str, Any]], worker_uid: str, codes
         ref = controller_of(pod)
         if ref is None or ref.get("uid") != worker_uid or (pod.get("status") or {}).get("phase") != "Failed":
             continue
-        if _disrupted(pod):
+        if disruption(pod) is not None:
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or ():
             code = ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
@@ -261,7 +254,7 @@ class StatusUpdate:
             running=final.phase is JobPhase.RUNNING,
             suspended=final.phase is JobPhase.SUSPENDED,
             finished=final.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED),
-            restarts=s.restarts,
+            restarts=s.restarts + s.disruptions,  # a disruption's new attempt loses its tail too
             stalled=progressing is not None
             and progressing.status is ConditionStatus.FALSE
             and progressing.reason in (Reason.STALLED, Reason.STARTUP_STALLED),

@@ -152,7 +152,7 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         accepted(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"})
         assert post_state(one.url, tokens[0], "ipl", {"generation": 0, "state": "waiting"}) == (
             200,
-            {"accepted": True, "message": "ok", "inPlace": {"generation": 0, "final": False}},
+            {"accepted": True, "message": "ok", "inPlace": {"generation": 0, "final": False, "soon": False}},
         )
         bad = post_state(one.url, tokens[0], "ipl", {"generation": "x", "state": "running"})
         assert bad[0] == 400 and "inPlace" in bad[1]["message"]
@@ -165,10 +165,10 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         assert post_state(one.url, tokens[1], "ipl", failed)[0] == 200
         st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 1 and s, 20)
         assert (st["restarts"], st["inPlaceRestarts"], st["restartsByReason"]) == (1, 1, {"WorkersFailed": 1})
-        answered(one.url, tokens[0], "ipl", failed, {"generation": 1, "final": False})
+        answered(one.url, tokens[0], "ipl", failed, {"generation": 1, "final": False, "soon": False})
     with leader(cluster, bed, "replica-b") as two:  # a failover: the new leader hears it again
         for tok in tokens:
-            answered(two.url, tok, "ipl", failed, {"generation": 1, "final": False})
+            answered(two.url, tok, "ipl", failed, {"generation": 1, "final": False, "soon": False})
         retriable = {"generation": 1, "state": "failed", "exitCode": 75}
         assert post_state(two.url, tokens[0], "ipl", retriable)[0] == 200
         st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 2 and s, 20)
@@ -215,7 +215,7 @@ def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rende
             tokens[0],
             "lost",
             {"generation": 0, "state": "running"},
-            {"generation": 1, "final": False},
+            {"generation": 1, "final": False, "soon": False},
         )
         said = wait_until(lambda: restarted_in_place(cluster, ns, "lost"), 10)
         assert any("the pod of node rank 1 was replaced" in m for m in said), said
@@ -242,7 +242,7 @@ def test_a_replacement_first_heard_by_a_new_leader_still_makes_a_new_rendezvous(
         st = wait_until(lambda: (s := status(cluster, ns, "lostfo")).get("inPlaceGeneration") == 1 and s, 20)
         assert not st.get("restarts") and not st.get("inPlaceRestarts"), st
         running = {"generation": 0, "state": "running"}
-        answered(two.url, tokens[0], "lostfo", running, {"generation": 1, "final": False})
+        answered(two.url, tokens[0], "lostfo", running, {"generation": 1, "final": False, "soon": False})
 
 
 @pytest.mark.stand_in(SUPERVISOR_LINK)
@@ -299,9 +299,9 @@ def test_a_rank_that_succeeded_is_told_final_only_once_every_rank_did(cluster: C
     with leader(cluster, bed, "replica-h") as one:
         _, tokens = running_pair(cluster, bed, one.url, "fin")
         succeeded = {"generation": 0, "state": "succeeded", "exitCode": 0}
-        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": False})
-        answered(one.url, tokens[1], "fin", succeeded, {"generation": 0, "final": True})
-        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": True})
+        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": False, "soon": False})
+        answered(one.url, tokens[1], "fin", succeeded, {"generation": 0, "final": True, "soon": False})
+        answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": True, "soon": False})
 
 
 @pytest.mark.stand_in(SUPERVISOR_LINK)
@@ -320,8 +320,8 @@ def test_a_pod_that_ran_the_generation_saying_waiting_again_restarts_nothing(
     with leader(cluster, bed, "replica-j") as two:
         accepted(two.url, tokens[0], "forge", {"generation": 0, "state": "running"})
         waiting = {"generation": 0, "state": "waiting"}
-        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False})
+        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False, "soon": False})
         time.sleep(2 * PERIOD)  # passes that hear the forged word again name nothing
-        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False})
+        answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False, "soon": False})
         st = status(cluster, ns, "forge")
         assert st.get("inPlaceGeneration", 0) == 0 and not st.get("restarts"), st

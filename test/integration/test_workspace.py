@@ -291,6 +291,7 @@ def test_hot_reload_rolls_the_workers_onto_the_new_generation_and_a_failed_one_c
     reloaded = job(cluster, namespace, "train")
     assert reloaded["status"]["workspaceSha256"] == hashlib.sha256(v1).hexdigest()
     assert reloaded["status"]["restarts"] == running["status"]["restarts"] == 0
+    assert not reloaded["status"].get("disruptions"), "the reload's own evictions taken for a disruption"
     app.recorder.flush()
     assert "WorkspaceReloaded" in {e["reason"] for e in events(cluster, namespace, "train")}
     wait_until(lambda: gone(cluster, namespace, "pods", "train-sync-0"), 60, message="old sync pod removed")

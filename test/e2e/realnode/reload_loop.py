@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import time
 
-import torch
-import torch.distributed as dist
-
 VERSION = 1
+print(f"process v={VERSION} started", flush=True)  # before torch's import: the test's timeline
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    print(f"process v={VERSION} rank={rank} joined its world", flush=True)
     for step in range(1, 2001):
         value = torch.tensor([float(step)])
         dist.all_reduce(value)
