@@ -14,11 +14,13 @@ whole archive goes when there is no published generation to start from or the de
 Sources other than upload (git, s3, pvc) have nothing to send: the increment alone makes the
 sync pod fetch again. Unless `--detach`, it then waits until the workers run the new generation
 (`rollout.on_generation`: the generation is in use and the job's node count of worker pods
-created after it was synced are Running), saying what it waits for meanwhile.
+created after it was synced are Running; in place, every rank's supervisor runs it), saying what
+it waits for meanwhile, and then how long that took from the command's start.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from controller.plugin.console import Console
@@ -77,6 +79,7 @@ def _claim(kube: Kube, job: JSON) -> int:
 
 def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, detach: bool) -> int:
     """Run `sync` (see the module docstring); the exit code."""
+    started = time.monotonic()
     job = get_job(kube, name)
     source = workspace_source(job)
     if source == "none":
@@ -94,5 +97,6 @@ def sync(kube: Kube, name: str, root: Path, console: Console, *, force: bool, de
             send_generation(kube, name, generation, pack, console, delta=True)
     if detach:
         return 0
-    console.say(wait(kube, name, runs_generation(kube, generation), console.say))
+    said = wait(kube, name, runs_generation(kube, generation), console.say)
+    console.say(f"{said}; {time.monotonic() - started:.1f} s after the command")
     return 0

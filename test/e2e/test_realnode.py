@@ -1504,6 +1504,8 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     why = f"{synced.stdout}{synced.stderr}\n{diagnose(cluster, namespace, 'rld')}"
     said = synced.stdout + synced.stderr  # the plugin reports on stderr
     assert synced.returncode == 0 and "runs generation 1 (reloaded in place: the pods stayed)" in said, why
+    reported = re.search(r"the pods stayed\); ([0-9.]+) s after the command", said)
+    assert reported is not None and 0 < float(reported.group(1)) <= returned, said
     final = finished(cluster, namespace, "rld", timeout=120)
     seen.update(logs.poll())
     assert final["phase"] == "Succeeded" and not final.get("restarts"), (final, why)
