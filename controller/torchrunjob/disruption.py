@@ -16,7 +16,11 @@ disruption's reason, and `status.disruptions` + 1 — which makes a new attempt
 (`TorchrunJobStatus.attempt`), so the next pass deletes the worker Job and makes the next one,
 resuming from the newest complete checkpoint — while `restarts`, `restartsByReason` and the
 `maxRestarts` budget stay as they are: a disruption is not the training's failure. Once per
-attempt: the old attempt's pods are no longer the attempt's.
+attempt: the old attempt's pods are no longer the attempt's. It sees a disrupted pod while the
+cache holds it — an evicted or tainted-out pod terminates for its grace period, one of a NotReady
+node stays until its kubelet or our garbage collector ends it; a pod the pod GC fails and deletes
+at once is held only by the worker Job's tracking finalizer, about a second: one missed leaves
+the attempt to end as before (its failure counted).
 
 Not a disruption here: a pod our hot reload evicts to roll the workers onto a new generation
 (`reload.py`: made before the generation in use was synced, while the worker Job was made for an
