@@ -2,9 +2,9 @@
 
 What `Workers.ensure` guarantees (a step, `steps.py`), through `Children` (a same-named Job the
 job does not control is a `wait` with `Admitted=False NameConflict`, never touched):
-- a worker Job of an earlier whole-job restart (its restart annotation differs) is deleted first:
-  `wait` with `Running=False Restarting`; its deletion event brings the job back to create the
-  next one;
+- a worker Job of an earlier attempt (a whole-job restart or a disruption: its restart
+  annotation differs) is deleted first: `wait` with `Running=False Restarting`; its deletion
+  event brings the job back to create the next one;
 - no worker Job is created before the rendezvous' managed etcd is Ready (`Running=False` with
   the etcd's reason meanwhile); one that exists is not held back by an etcd being replaced;
 - the Job is created as `manifests/worker.py` builds it, whole: an elastic job at the size the
@@ -113,7 +113,7 @@ class Workers:
             and restart_of(existing) != restart
         ):
             self.children.delete(JOBS, job)
-            message = f"restart {restart}: waiting for the previous workers to stop"
+            message = f"attempt {restart}: waiting for the previous workers to stop"
             return wait(Observed(JobConditionType.RUNNING, False, Reason.RESTARTING, message))
         if existing is None and not etcd.ready:
             return wait(Observed(JobConditionType.RUNNING, False, etcd.reason, etcd.message))
