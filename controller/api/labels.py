@@ -1,12 +1,14 @@
 """Labels and annotations the controller writes: they are API (SPEC §4), so they live here once.
 
 Labels select objects for caches and for people (`kubectl get pods -l torchrun-job-name=x`);
-they never prove ownership — see `controller.meta.is_controlled_by`.
+they never prove ownership — see `controller.meta.is_controlled_by`. `annotated_generation`
+reads the generation annotation back, for every reader (controller, endpoint, plugin).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 JOB_LABEL: Final = "torchrun-job-name"  # every object made for a job
 ROLE_LABEL: Final = "torchrun.ai/role"  # one of the roles below
@@ -24,3 +26,13 @@ LEADER_LABEL: Final = "torchrun.ai/leader"
 RESTART_ANNOTATION: Final = "torchrun.ai/restart"
 # on a sync pod: the generation it syncs; on a worker Job: the generation in use when it was made
 GENERATION_ANNOTATION: Final = "torchrun.ai/workspace-generation"
+
+
+def annotated_generation(obj: Mapping[str, Any] | None) -> int:
+    """The workspace generation a sync pod or worker Job was made for (`GENERATION_ANNOTATION`;
+    0: none, or unreadable)."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        return int(annotations.get(GENERATION_ANNOTATION, "0"))
+    except (TypeError, ValueError):
+        return 0

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from controller.api import GENERATION_ANNOTATION, WORKER_ROLE, JobConditionType, parse_time
+from controller.api import WORKER_ROLE, JobConditionType, parse_time
+from controller.api.labels import annotated_generation
 from controller.api.reasons import Reason
 from controller.meta import is_controlled_by
 from controller.plugin.errors import PluginError
@@ -31,13 +32,6 @@ from controller.plugin.kube import Kube
 from controller.plugin.objects import JSON, get_worker_job, job_pods
 from controller.plugin.watch import Waiting, condition
 from controller.pods import ENDED_PHASES, unschedulable
-
-
-def _annotation_generation(obj: JSON) -> int:
-    try:
-        return int(((obj.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
-    except ValueError:
-        return 0
 
 
 def _not_in_use(job: JSON, generation: int) -> Waiting:
@@ -71,7 +65,7 @@ def on_generation(job: JSON, worker_job: JSON | None, pods: Sequence[JSON], gene
     if worker_job is None or not is_controlled_by(worker_job, uid):
         return Waiting(f"generation {current} is in use; the worker Job {name} does not exist yet")
     synced_at = parse_time(status["workspaceSyncTime"])
-    made_for_it = _annotation_generation(worker_job) >= current
+    made_for_it = annotated_generation(worker_job) >= current
     if not made_for_it and int(status.get("inPlaceWorkspaceGeneration") or 0) >= current:
         return _in_place(name, status, current)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from controller.api.labels import GENERATION_ANNOTATION, RESTART_ANNOTATION
+from controller.api.labels import RESTART_ANNOTATION, annotated_generation
 from controller.progress.sidecar.inplace import State
 
 MAX_RANKS = 4096
@@ -143,9 +143,6 @@ def reload_coming(job: Mapping[str, Any], worker_job: Mapping[str, Any] | None) 
     sync`) that neither the worker Job was made for nor a reload in place asked for yet: its sync
     is under way, or its reload about to be asked."""
     wanted = _int((((job.get("spec") or {}).get("workspace")) or {}).get("generation"))
-    annotation = (((worker_job or {}).get("metadata") or {}).get("annotations") or {}).get(
-        GENERATION_ANNOTATION
-    )
-    made_for = int(annotation) if isinstance(annotation, str) and annotation.isdigit() else 0
+    made_for = annotated_generation(worker_job)
     asked = _int((job.get("status") or {}).get("inPlaceWorkspaceGeneration"))
     return wanted > max(made_for, asked)

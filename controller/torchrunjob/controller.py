@@ -38,6 +38,7 @@ import structlog
 
 from controller.api import InvalidObjectError, TorchrunJob, TorchrunJobStatus, find_condition
 from controller.api import JobConditionType as C
+from controller.api.labels import annotated_generation
 from controller.api.reasons import Reason
 from controller.api.resources import TORCHRUNJOBS
 from controller.cache import Lister
@@ -56,7 +57,7 @@ from controller.torchrunjob.admission import Admission, Refusal, admit
 from controller.torchrunjob.children import Children
 from controller.torchrunjob.claims import WorkspaceClaims
 from controller.torchrunjob.disruption import disrupted_restart
-from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState, generation_of
+from controller.torchrunjob.generations import Generations, SyncSettings, WorkspaceState
 from controller.torchrunjob.inplace import InPlace
 from controller.torchrunjob.managed_etcd import ManagedEtcd
 from controller.torchrunjob.manifests.etcd import READY, EtcdState
@@ -272,7 +273,7 @@ class TorchrunJobReconciler:
         seen = seen.then(progress.decision)
         if outcome is None and not self.in_place.on(job):  # a disrupted rank: a new attempt at once
             suspended = (attempt.job.get("spec") or {}).get("suspend") is True
-            made_for = generation_of(attempt.job)
+            made_for = annotated_generation(attempt.job)
             disrupted = disrupted_restart(job, attempt.pods, status, made_for=made_for, suspended=suspended)
             if disrupted is not None:
                 return seen.then(disrupted)

@@ -23,10 +23,10 @@ at once is held only by the worker Job's tracking finalizer, about a second: one
 the attempt to end as before (its failure counted).
 
 Not a disruption here: a pod our hot reload evicts to roll the workers onto a new generation
-(`reload.py`: made before the generation in use was synced, while the worker Job was made for an
-older one), and any pod of a worker Job that is suspended (Kueue takes its workers back so) or of a
-job that restarts in place (`inplace.py` makes the survivors rejoin) or is elastic (the autoscaler
-shrinks it by evicting, and torchrun's elastic rendezvous takes a replacement back).
+(`rolled_by_reload`, the test `reload.py` evicts by), and any pod of a worker Job that is
+suspended (Kueue takes its workers back so) or of a job that restarts in place (`inplace.py` makes
+the survivors rejoin) or is elastic (the autoscaler shrinks it by evicting, and torchrun's elastic
+rendezvous takes a replacement back).
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def heals_itself(job: TorchrunJob) -> bool:
 
 
 def rolled_by_reload(pod: Mapping[str, Any], status: TorchrunJobStatus, made_for: int) -> bool:
-    """A pod the hot reload evicts (`reload.HotReload.roll`): the worker Job was made for an older
-    workspace generation than the one in use, and the pod was made before that one was synced."""
+    """A pod the hot reload evicts (`reload.HotReload.roll` evicts by this very test): the worker
+    Job was made for an older workspace generation (`made_for`) than the one in use, and the pod
+    was made before that one was synced."""
     synced_at = status.workspace_sync_time
     created = (pod.get("metadata") or {}).get("creationTimestamp")
     if synced_at is None or status.workspace_generation <= made_for or not created:

@@ -28,7 +28,6 @@ from datetime import datetime
 import structlog
 
 from controller.api import (
-    GENERATION_ANNOTATION,
     JOB_LABEL,
     ROLE_LABEL,
     SYNC_ROLE,
@@ -39,6 +38,7 @@ from controller.api import (
     TorchrunQueue,
     WorkspaceSource,
 )
+from controller.api.labels import annotated_generation
 from controller.api.reasons import Reason
 from controller.meta import Obj, is_controlled_by
 from controller.pods import is_live, unschedulable
@@ -191,7 +191,7 @@ class Generations:
 
     def _remove_sync_pods(self, job: TorchrunJob, *, older_than: int | None = None) -> None:
         for pod in self.sync_pods(job):
-            generation = generation_of(pod)
+            generation = annotated_generation(pod)
             if older_than is None or generation < older_than:
                 self.children.delete(PODS, job, pod["metadata"]["name"])
 
@@ -212,14 +212,6 @@ class Generations:
 
 def _proceed(state: WorkspaceState) -> Proceed[WorkspaceState]:
     return Proceed(state, state.decision())
-
-
-def generation_of(obj: Obj) -> int:
-    """The workspace generation a sync pod or worker Job was made for (0: none, or unreadable)."""
-    try:
-        return int((obj["metadata"].get("annotations") or {}).get(GENERATION_ANNOTATION, "0"))
-    except ValueError:
-        return 0
 
 
 def _in_use(status: TorchrunJobStatus) -> WorkspaceState | None:

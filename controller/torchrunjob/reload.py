@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from controller.api import TorchrunJobStatus, parse_time
+from controller.api import TorchrunJobStatus
+from controller.api.labels import annotated_generation
 from controller.api.reasons import Reason
 from controller.meta import Obj
 from controller.rest.client import RESTClient
 from controller.runtime.events import NORMAL, EventRecorder
+from controller.torchrunjob.disruption import rolled_by_reload
 from controller.torchrunjob.evictions import evict_live_workers
-from controller.torchrunjob.generations import generation_of
 from controller.torchrunjob.steps import Decision
 from controller.torchrunjob.workers import Attempt
 
@@ -53,14 +54,11 @@ class HotReload:
         self.recorder = recorder
 
     def roll(self, raw: Obj, attempt: Attempt, status: TorchrunJobStatus) -> int:
-        synced_at = status.workspace_sync_time
-        if synced_at is None or status.workspace_generation <= generation_of(attempt.job):
+        made_for = annotated_generation(attempt.job)
+        if status.workspace_sync_time is None or status.workspace_generation <= made_for:
             return 0
         evicted = evict_live_workers(
-            self.client,
-            attempt.pods,
-            attempt.job,
-            lambda pod: parse_time(pod["metadata"]["creationTimestamp"]) <= synced_at,
+            self.client, attempt.pods, attempt.job, lambda pod: rolled_by_reload(pod, status, made_for)
         )
         if evicted:
             message = (
@@ -75,7 +73,7 @@ class HotReload:
     ) -> Decision | None:
         """`reload_in_place` for the attempt's worker Job, with one Normal `WorkspaceReloaded`
         Event on `raw` when it asks for a reload."""
-        decided = reload_in_place(generation_of(attempt.job), status, now)
+        decided = reload_in_place(annotated_generation(attempt.job), status, now)
         if decided is not None:
             message = (
                 f"workspace generation {status.workspace_generation} synced: every worker restarts "

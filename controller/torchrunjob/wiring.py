@@ -199,25 +199,19 @@ class Handlers:
             self.enqueue_batched(key)
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
-        """`owned_updated` for a pod, but at once for a pod a TorchrunJob controls itself (module
-        doc): the job it names by that reference, found in the cache with the reference's UID."""
-        if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
-            return
+        """`owned_updated`, at once for a pod a TorchrunJob controls itself (module doc)."""
         ref = controller_of(new)
-        if ref is None or not TORCHRUNJOB_KIND.named_by(ref):
-            self.owned(new)
-            return
-        key = self.owner_key(new)
-        if key is not None:
-            self.enqueue(key)
+        self.owned_updated(old, new, at_once=ref is not None and TORCHRUNJOB_KIND.named_by(ref))
 
-    def owned_updated(self, old: Obj, new: Obj) -> None:
+    def owned_updated(self, old: Obj, new: Obj, *, at_once: bool = False) -> None:
         """An update of an owned object; a periodic resync's replay (the same resourceVersion:
         nothing changed) is none — the job's own resync already brings it back, as in
         sample-controller's handlers."""
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
             return
-        self.owned(new)
+        key = self.owner_key(new)
+        if key is not None:
+            (self.enqueue if at_once else self.enqueue_batched)(key)
 
     def owned_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         obj = unwrap_tombstone(obj)
