@@ -11,6 +11,8 @@ included: a refused request costs the server too.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from collections import Counter
 from datetime import datetime
@@ -22,6 +24,14 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 
 def _when(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def fs_now(directory: Path) -> float:
+    """Now by the clock the filesystem dates files with (a file made here and its mtime): the
+    kernel's coarse clock can be milliseconds behind `time.time()`, so a file written right after
+    `time.time()` was read may carry an earlier mtime (seen: a window missed a log begun after it)."""
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".window-") as probe:
+        return os.fstat(probe.fileno()).st_mtime
 
 
 class Window:
@@ -37,7 +47,7 @@ class Window:
         st = self.path.stat() if self.path.exists() else None
         self.start = st.st_size if st else 0
         self.inode = st.st_ino if st else None
-        self.opened = time.time()
+        self.opened = fs_now(run_dir)
 
     def files(self) -> list[tuple[Path, int]]:
         """The log files holding the window's events, oldest first, each with where to read from."""
