@@ -23,7 +23,8 @@
 # TORCHRUN_REAL_NODE=1 adds one real node, `realnode-0` (hack/testbed/realnode.sh: containerd,
 # kubelet, bridge CNI, CoreDNS, kube-proxy; root only), components containerd, coredns, kubelet and
 # kube-proxy; the API server is then reachable from its pods (the `kubernetes` Service), and
-# kube-controller-manager also runs Deployments.
+# kube-controller-manager also runs Deployments. TORCHRUN_REAL_NODE_INDEX=1 makes it `realnode-1`
+# instead, which runs beside node 0 (another run dir) but without kube-proxy (realnode.sh).
 # kube-apiserver's audit log of every write (verb, user agent, time) is $RUN_DIR/audit.log.
 set -euo pipefail
 source "$(dirname "$0")/testbed/lib.sh"

@@ -30,7 +30,7 @@ import pytest
 import skip_policy
 import summary_notes
 from summary_notes import KUBELET, STAND_IN, stand_in
-from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary
+from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary, real_node_index
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
@@ -49,14 +49,16 @@ def tiers(path: Path) -> list[str]:
     return [tier for tier, places in TIERS.items() if any(where.startswith(p) for p in places)]
 
 
-def worker_group(path: Path) -> str | None:
-    """The pytest-xdist group a test file's tests run in (`--dist loadgroup`): one group for every
-    real-node module (its bridge, cgroup root and nftables tables are host-wide, so one worker runs
-    them all, one after another), one per control-plane module (its module-scoped fixtures and
-    its tests' order stay on one worker), none for a unit test (any worker, any order)."""
+def worker_group(path: Path, real_node: int = 0) -> str | None:
+    """The pytest-xdist group a test runs in (`--dist loadgroup`), from its file and, for a
+    real-node test, the node it runs on (`real_node`, its `@pytest.mark.real_node(N)`): one group
+    per real node (`realnode-N`: one worker runs that node's tests one after another, so a node is
+    up once; two nodes may run beside each other, on two workers), one per control-plane module
+    (its module-scoped fixtures and its tests' order stay on one worker), none for a unit test (any
+    worker, any order)."""
     marks = tiers(path)
     if "realnode" in marks:
-        return "realnode"
+        return f"realnode-{real_node}"
     if "integration" in marks:
         return path.resolve().relative_to(TEST_DIR).as_posix()
     return None
@@ -67,7 +69,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in tiers(item.path):
             item.add_marker(tier)
-        group = worker_group(item.path)
+        group = worker_group(item.path, real_node_index(item))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 

@@ -60,6 +60,13 @@ def _in_process(kubeconfig: Path) -> KubeGet:
         return _KUBEGET[key]
 
 
+def real_node_index(item: Any) -> int:
+    """The real node a real-node test runs on: N of its `@pytest.mark.real_node(N)`, else 0 (a
+    pytest item; test/conftest.py groups the tests of each node on one worker)."""
+    mark = item.get_closest_marker("real_node")
+    return int(mark.args[0]) if mark is not None else 0
+
+
 def cache_dir() -> Path:
     """Where hack/ caches what it builds (TORCHRUN_CACHE_DIR, as hack/testbed/lib.sh reads it)."""
     base = os.environ.get("TORCHRUN_CACHE_DIR") or os.path.join(

@@ -2,7 +2,7 @@
 
     python hack/bench/progress_service.py [--runs 20] [--service shipped|every-replica]
 
-Root only, one real node per machine (run it under `flock /tmp/realnode.lock` beside others). It
+Root only; it uses realnode-0 (run it under `flock /tmp/realnode.lock` beside other runs of it). It
 starts a control plane of its own with the real node (kube-proxy, the API server reachable from
 pods), runs the shipped Deployment's two controller replicas as pods there, and runs `--runs`
 jobs one after another whose worker reports 20 steps and exits right after the last one (written
@@ -34,9 +34,9 @@ from progressservice import (  # noqa: E402
     leader_pod,
     make_queue,
     project,
-    real_node,
     reports,
 )
+from realnodes import real_node  # noqa: E402
 
 
 def main() -> int:

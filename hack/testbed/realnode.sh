@@ -24,33 +24,54 @@
 # before it changes anything: the sysctls kubelet sets (kubelet's protectKernelDefaults would refuse
 # to start on a host whose values differ, so kubelet sets them and `down` puts the saved ones back),
 # the bridge, the cgroups under /torchrun-realnode, the pods' network namespaces and mounts, and the
-# host directories that kubelet and containerd create at fixed paths. One real node per machine:
-# the bridge and the cgroup root are host-wide.
+# host directories that kubelet and containerd create at fixed paths.
+#
+# Two real nodes may run on one machine, each with its own control plane (the test suite runs one
+# per pytest worker): TORCHRUN_REAL_NODE_INDEX=N (default 0) names node N `realnode-N`, with its own
+# bridge, subnet (10.(199-N).0.0/24), cgroup root, containerd root and nftables guard table. What
+# is host-wide — the sysctls, the fixed host directories, the network namespaces under /run/netns —
+# is recorded once in $REAL_NODES_HOST (/run/torchrun-realnodes) by the first node up, under a
+# lock, and put back by the last node down. Only node 0 runs kube-proxy: its nftables tables
+# (`ip kube-proxy`, `ip6 kube-proxy`) have host-wide names, so a second kube-proxy would fight the
+# first. A node N > 0 routes no ClusterIP: its pods reach pods, DNS and the node, not Services.
 #
 # Requires: root, cgroup v1 or v2 with cgroupfs, the binaries of hack/testbed/build-realnode.sh and
 # the images of hack/testbed/build-node-images.sh. Settings: TORCHRUN_REAL_NODE_SUBNET (the pods'
 # /24, default 10.199.0.0/24; the node's address is its .1), TORCHRUN_REAL_NODE_GPUS (fake
 # nvidia.com/gpu capacity, default 2).
 
-REAL_NODE=realnode-0
 REAL_NODE_DIR="$RUN_DIR/realnode"
-REAL_NODE_SUBNET=${TORCHRUN_REAL_NODE_SUBNET:-10.199.0.0/24}
+# the node's index: the environment's on `up`, then the one `up` recorded (a later `start`/`down`)
+REAL_NODE_INDEX=${TORCHRUN_REAL_NODE_INDEX:-$(cat "$REAL_NODE_DIR/index" 2>/dev/null || echo 0)}
+[[ $REAL_NODE_INDEX =~ ^[0-9]$ ]] || { echo "TORCHRUN_REAL_NODE_INDEX must be 0-9, not '$REAL_NODE_INDEX'" >&2; exit 2; }
+REAL_NODE=realnode-$REAL_NODE_INDEX
+REAL_NODE_SUBNET=${TORCHRUN_REAL_NODE_SUBNET:-10.$((199 - REAL_NODE_INDEX)).0.0/24}
 REAL_NODE_IP="${REAL_NODE_SUBNET%.*}.1"
 REAL_NODE_GPUS=${TORCHRUN_REAL_NODE_GPUS:-2}
-REAL_NODE_BRIDGE=trn-realnode0
-REAL_NODE_CGROUP=torchrun-realnode
+REAL_NODE_BRIDGE=trn-realnode$REAL_NODE_INDEX
+# node 0 keeps the names it always had; node N > 0 adds its index
+REAL_NODE_SUFFIX=${REAL_NODE_INDEX#0}
+REAL_NODE_CGROUP=torchrun-realnode$REAL_NODE_SUFFIX
+REAL_NODE_GUARD_TABLE="inet torchrun-realnode$REAL_NODE_SUFFIX"
 REAL_NODE_TAINT=torchrun.ai/real-node
 CONTAINERD_SOCK="$REAL_NODE_DIR/containerd/containerd.sock"
 # containerd's root (image content and unpacked snapshots) outlives a run, like the other caches, so
-# a warm `up` imports nothing; its state (tasks, mounts, sockets) is the run's
-CONTAINERD_ROOT="$CACHE_DIR/realnode-containerd"
+# a warm `up` imports nothing; its state (tasks, mounts, sockets) is the run's. One per node index:
+# two containerds cannot share a root.
+CONTAINERD_ROOT="$CACHE_DIR/realnode-containerd$REAL_NODE_SUFFIX"
+# what is host-wide, shared by the real nodes running on this machine: the record of the host as it
+# was before the first of them (host.saved), one file per node up (holders/), and the lock
+REAL_NODES_HOST=${TORCHRUN_REAL_NODES_HOST:-/run/torchrun-realnodes}
 # the sysctls kubelet sets (kubelet's setupKernelTunables), the bridge plugin may set, `up` sets
 # (ip_forward: Service traffic between pods goes through the node) and kube-proxy may set
 REAL_NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward net.ipv4.conf.all.route_localnet)
-# the nftables tables kube-proxy makes (nftables mode, each IP family) and ours: `down` deletes those
-# that were absent before `up`; one that was there before `up` means another kube-proxy runs here
-REAL_NODE_NFT_TABLES=("ip kube-proxy" "ip6 kube-proxy" "inet torchrun-realnode")
+# the nftables tables of this node: kube-proxy's (nftables mode, each IP family; node 0 only) and
+# our guard; `down` deletes those that were absent before `up`; a kube-proxy table there before
+# node 0's `up` means another kube-proxy runs here
+KUBE_PROXY_NFT_TABLES=("ip kube-proxy" "ip6 kube-proxy")
+REAL_NODE_NFT_TABLES=("$REAL_NODE_GUARD_TABLE")
+[ "$REAL_NODE_INDEX" = 0 ] && REAL_NODE_NFT_TABLES+=("${KUBE_PROXY_NFT_TABLES[@]}")
 KUBE_PROXY="$KUBE_BIN/kube-proxy"
 # host paths that kubelet and containerd create whatever their configured directories are
 REAL_NODE_HOST_PATHS=(/var/log/containers /var/log/pods /run/netns /var/run/netns /run/containerd
@@ -64,17 +85,72 @@ realnode_binaries() {  # sets KUBELET, COREDNS, PAUSE_*, CONTROLLER_*, TRAIN_* f
   [ -n "${KUBELET:-}" ] && [ -n "${TRAIN_IMAGE:-}" ] && [ -n "${CONTROLLER_IMAGE:-}" ]
 }
 
-realnode_record_host() {  # what `down` must restore, written once, before the first change
+realnode_record_host() {  # what `down` must restore, written once, before the first change: this
+  # node's own (the nftables tables it makes) in its run dir, and the host-wide in $REAL_NODES_HOST
+  # (recorded by the first node up; this node joins its holders)
   mkdir -p "$REAL_NODE_DIR"
   [ -f "$REAL_NODE_DIR/host.saved" ] && return 0
-  local key path table
-  {
-    for key in "${REAL_NODE_SYSCTLS[@]}"; do echo "sysctl $key $(sysctl -n "$key")"; done
-    for path in "${REAL_NODE_HOST_PATHS[@]}"; do [ -e "$path" ] || echo "absent $path"; done
-    for path in /run/netns/*; do [ -e "$path" ] && echo "netns $path"; done
-    for table in "${REAL_NODE_NFT_TABLES[@]}"; do nft list table $table >/dev/null 2>&1 || echo "nft $table"; done
-  } > "$REAL_NODE_DIR/host.saved.tmp"
+  echo "$REAL_NODE_INDEX" > "$REAL_NODE_DIR/index"
+  realnode_host_locked realnode_hold_host || return 1
+  local table
+  for table in "${REAL_NODE_NFT_TABLES[@]}"; do
+    nft list table $table >/dev/null 2>&1 || echo "nft $table"
+  done > "$REAL_NODE_DIR/host.saved.tmp"
   mv "$REAL_NODE_DIR/host.saved.tmp" "$REAL_NODE_DIR/host.saved"
+}
+
+realnode_host_locked() {  # runs "$@" holding the lock on the host-wide record (a subshell)
+  mkdir -p "$REAL_NODES_HOST/holders"
+  ( flock -w 120 9 || { log "the lock $REAL_NODES_HOST/lock was held over 120 s"; exit 1; }; "$@" ) \
+    9>"$REAL_NODES_HOST/lock"
+}
+
+realnode_live_holders() {  # the nodes that hold the host, each a file holders/NODE naming its run
+  # dir; one whose run dir no longer records it (its run was removed without `down`) is dropped
+  local file
+  for file in "$REAL_NODES_HOST"/holders/*; do
+    [ -e "$file" ] || continue
+    if [ -f "$(cat "$file")/realnode/host.saved" ] || [ "$(cat "$file")" = "$RUN_DIR" ]; then
+      basename "$file"
+    else
+      rm -f "$file"
+    fi
+  done
+}
+
+realnode_hold_host() {  # (locked) record the host unless a node holds it, then hold it too. A
+  # record left by a run that never reached `down` is kept: it has the values from before it.
+  local saved="$REAL_NODES_HOST/host.saved" key path
+  if [ -z "$(realnode_live_holders)" ] && [ ! -f "$saved" ]; then
+    {
+      for key in "${REAL_NODE_SYSCTLS[@]}"; do echo "sysctl $key $(sysctl -n "$key")"; done
+      for path in "${REAL_NODE_HOST_PATHS[@]}"; do [ -e "$path" ] || echo "absent $path"; done
+      for path in /run/netns/*; do [ -e "$path" ] && echo "netns $path"; done
+    } > "$saved.tmp"
+    mv "$saved.tmp" "$saved"
+  fi
+  echo "$RUN_DIR" > "$REAL_NODES_HOST/holders/$REAL_NODE"
+}
+
+realnode_release_host() {  # (locked) this node lets go of the host; the last one puts it back
+  local saved="$REAL_NODES_HOST/host.saved" kind key value ns
+  rm -f "$REAL_NODES_HOST/holders/$REAL_NODE"
+  [ -z "$(realnode_live_holders)" ] || return 0
+  [ -f "$saved" ] || return 0
+  # network namespaces the CRI made (those that existed before the first node stay)
+  for ns in /run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    grep -qxF "netns $ns" "$saved" 2>/dev/null && continue
+    umount "$ns" 2>/dev/null || umount -l "$ns" 2>/dev/null || true
+    rm -f "$ns"
+  done
+  while read -r kind key value; do
+    case $kind in
+      sysctl) [ "$(sysctl -n "$key")" = "$value" ] || sysctl -qw "$key=$value" ;;
+      absent) [ -e "$key" ] && rm -rf --one-file-system "$key" ;;
+    esac
+  done < "$saved"
+  rm -f "$saved"
 }
 
 realnode_network() {  # the pods' bridge, with the node's address on it, and the CNI config
@@ -97,7 +173,7 @@ realnode_network() {  # the pods' bridge, with the node's address on it, and the
   cat > "$REAL_NODE_DIR/cni/net.d/10-torchrun.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
-  "name": "torchrun-realnode",
+  "name": "torchrun-realnode$REAL_NODE_SUFFIX",
   "plugins": [
     {
       "type": "bridge",
@@ -296,9 +372,9 @@ YAML
 realnode_guard() {  # the API server listens on every address with the real node: only loopback
   # and the bridge reach its port (a table of ours, recorded and deleted by `down`)
   nft -f - <<NFT
-table inet torchrun-realnode
-delete table inet torchrun-realnode
-table inet torchrun-realnode {
+table $REAL_NODE_GUARD_TABLE
+delete table $REAL_NODE_GUARD_TABLE
+table $REAL_NODE_GUARD_TABLE {
   chain input {
     type filter hook input priority filter; policy accept;
     tcp dport $APISERVER_PORT iifname != { "lo", "$REAL_NODE_BRIDGE" } drop
@@ -308,6 +384,10 @@ NFT
 }
 
 start_kube_proxy() {  # routes the Services' ClusterIPs on this host (nftables mode, its own tables)
+  if [ "$REAL_NODE_INDEX" != 0 ]; then
+    log "only realnode-0 runs kube-proxy: its nftables tables have host-wide names"
+    return 1
+  fi
   local dir="$REAL_NODE_DIR/kube-proxy"
   mkdir -p "$dir"
   # conntrack limits and timeouts 0: left as the host has them (kube-proxy would raise them);
@@ -360,23 +440,31 @@ realnode_has_gpus() {
     -o jsonpath='{.status.allocatable.nvidia\.com/gpu}')" = "$REAL_NODE_GPUS" ]
 }
 
-realnode_claim_host() {  # refuse a host that has a real node or a kube-proxy already; record
-  # what `down` restores, then guard the API server's port (it listens on every address with the
-  # real node). Runs before the API server starts and again in realnode_up: once recorded, skipped.
+realnode_claim_host() {  # refuse a host that runs this node (or its address, or, for node 0, a
+  # kube-proxy) already; record what `down` restores, then guard the API server's port (it listens on
+  # every address with the real node). Runs before the API server starts and again in realnode_up:
+  # once recorded, skipped.
   [ "$(id -u)" -eq 0 ] || { log "the real node needs root"; return 1; }
   [ -f "$REAL_NODE_DIR/host.saved" ] && { realnode_guard; return 0; }
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then
-    log "another real node runs on this machine (the bridge $REAL_NODE_BRIDGE exists): one per machine;"
-    log "stop it with its own 'hack/controlplane.sh down' (TORCHRUN_RUN_DIR of that run) first"
+    log "$REAL_NODE runs on this machine already (the bridge $REAL_NODE_BRIDGE exists): stop it with its"
+    log "own 'hack/controlplane.sh down' (TORCHRUN_RUN_DIR of that run), or give this one another"
+    log "TORCHRUN_REAL_NODE_INDEX"
+    return 1
+  fi
+  if [ -n "$(ip -o addr show to "$REAL_NODE_IP/32" 2>/dev/null)" ]; then
+    log "the node's address $REAL_NODE_IP is on this host already: set another TORCHRUN_REAL_NODE_SUBNET"
     return 1
   fi
   local table
-  for table in "ip kube-proxy" "ip6 kube-proxy"; do
-    if nft list table $table >/dev/null 2>&1; then
-      log "the nftables table '$table' exists: another kube-proxy runs on this host; not starting one beside it"
-      return 1
-    fi
-  done
+  if [ "$REAL_NODE_INDEX" = 0 ]; then
+    for table in "${KUBE_PROXY_NFT_TABLES[@]}"; do
+      if nft list table $table >/dev/null 2>&1; then
+        log "the nftables table '$table' exists: another kube-proxy runs on this host; not starting one beside it"
+        return 1
+      fi
+    done
+  fi
   realnode_record_host
   realnode_guard
 }
@@ -401,10 +489,13 @@ realnode_up() {
   realnode_images
   start_coredns
   start_kubelet
-  start_kube_proxy
+  local services="no kube-proxy (node 0's routes the Services): its pods reach no ClusterIP"
+  if [ "$REAL_NODE_INDEX" = 0 ]; then
+    start_kube_proxy
+    services="kube-proxy (nftables), the API server at $REAL_NODE_IP:$APISERVER_PORT and $(realnode_kubernetes_ip):443"
+  fi
   realnode_gpus
-  log "real node $REAL_NODE up: kubelet on $REAL_NODE_IP:$KUBELET_PORT, CoreDNS on $REAL_NODE_IP:53," \
-    "kube-proxy (nftables), the API server at $REAL_NODE_IP:$APISERVER_PORT and $(realnode_kubernetes_ip):443"
+  log "real node $REAL_NODE up: kubelet on $REAL_NODE_IP:$KUBELET_PORT, CoreDNS on $REAL_NODE_IP:53, $services"
 }
 
 realnode_drain() {  # delete the node's pods through the API and wait for kubelet to stop them
@@ -454,15 +545,9 @@ realnode_unmount() {  # every mount under the node's directory, the deepest firs
   done < <(findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1' | sort -r)
 }
 
-realnode_restore_host() {  # put back what realnode_record_host saved
-  local saved="$REAL_NODE_DIR/host.saved" kind key value ns h dir
-  # network namespaces the CRI made (those that existed before `up` stay)
-  for ns in /run/netns/cni-*; do
-    [ -e "$ns" ] || continue
-    grep -qxF "netns $ns" "$saved" 2>/dev/null && continue
-    umount "$ns" 2>/dev/null || umount -l "$ns" 2>/dev/null || true
-    rm -f "$ns"
-  done
+realnode_restore_host() {  # put back what realnode_record_host saved: this node's own, then
+  # the host-wide if it is the last node up
+  local saved="$REAL_NODE_DIR/host.saved" kind key value h dir
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then ip link delete "$REAL_NODE_BRIDGE"; fi
   for h in $(cgroup_hierarchies); do
     dir="$h/$REAL_NODE_CGROUP"
@@ -472,11 +557,10 @@ realnode_restore_host() {  # put back what realnode_record_host saved
   [ -f "$saved" ] || return 0
   while read -r kind key value; do
     case $kind in
-      sysctl) [ "$(sysctl -n "$key")" = "$value" ] || sysctl -qw "$key=$value" ;;
-      absent) [ -e "$key" ] && rm -rf --one-file-system "$key" ;;
       nft) nft list table "$key" "$value" >/dev/null 2>&1 && nft delete table "$key" "$value" ;;
     esac
   done < "$saved"
+  realnode_host_locked realnode_release_host
   rm -f "$saved"
 }
 
@@ -505,4 +589,9 @@ realnode_leftovers() {  # what the real node may leave on the host; prints nothi
   for table in "${REAL_NODE_NFT_TABLES[@]}"; do
     if nft list table $table >/dev/null 2>&1; then echo "nftables table $table"; fi
   done
+  # the host-wide record: this node no longer holds it, and the last node down removed it
+  if [ -e "$REAL_NODES_HOST/holders/$REAL_NODE" ]; then echo "holder $REAL_NODES_HOST/holders/$REAL_NODE"; fi
+  if [ -f "$REAL_NODES_HOST/host.saved" ] && [ -z "$(ls -A "$REAL_NODES_HOST/holders" 2>/dev/null)" ]; then
+    echo "host record $REAL_NODES_HOST/host.saved, held by no node"
+  fi
 }

@@ -14,86 +14,33 @@ image (this checkout's, imported on the node), a nodeSelector and toleration for
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from plugincli import PLUGIN, plugin_env
+from realnodes import RealNode
 from testbed import (
     CHART,
-    CONTROLPLANE,
     REPO,
     Cluster,
-    cache_dir,
     condition,
     helm_binary,
-    kubectl_binary,
     wait_until,
 )
 
-NODE = "realnode-0"
 SYSTEM = "torchrun-system"
 SERVICE = "torchrun-controller-progress"
 LEADER_LABEL = "torchrun.ai/leader"
 REAL_NODE_TOLERATION = {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
 REPORT_STEPS = Path(__file__).parent / "realnode" / "report_steps.py"
 STEPS = 20
-
-
-@dataclass
-class RealNode:
-    cluster: Cluster
-    env: dict[str, str]
-    images: dict[str, str]  # PAUSE_IMAGE, CONTROLLER_IMAGE, TRAIN_IMAGE
-
-
-@contextmanager
-def real_node(name: str) -> Iterator[RealNode]:
-    """A control plane of its own with the real node (`TORCHRUN_REAL_NODE=1`, one fake node), the
-    CRDs installed; `down` on exit, which must leave nothing on the host (`leftovers`)."""
-    if os.geteuid() != 0:
-        raise RuntimeError("the real node needs root (containerd, kubelet, cgroups, a bridge, kube-proxy)")
-    # a short name: containerd's socket lives under it, and a unix socket's path is at most 107
-    # bytes (`run-bench-progress-service-<pid>` made ctr's dial fail: containerd never answered)
-    run_dir = cache_dir() / f"run-{name}-{os.getpid()}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}
-    try:
-        up = subprocess.run(
-            [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
-        )
-        if up.returncode != 0:
-            # the scripts' own lines (`[HH:MM:SS] ...`: what timed out) before the logs' tails
-            said = "\n".join(x for x in up.stderr.splitlines() if re.match(r"\[\d\d:\d\d:\d\d\] ", x))
-            raise RuntimeError(
-                f"the control plane with the real node did not come up:\n{said}\n{up.stderr[-12000:]}"
-            )
-        images = dict(
-            line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
-        )
-        cluster = Cluster(
-            run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl_binary()
-        )
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
-        cluster.wait_established()
-        yield RealNode(cluster, env, images)
-    finally:
-        subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=300)
-        left = subprocess.run(
-            [str(CONTROLPLANE), "leftovers"], env=env, check=False, capture_output=True, text=True, timeout=60
-        ).stdout
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if left.strip():
-            raise RuntimeError(f"the real node left this on the host after down:\n{left}")
 
 
 def shipped_config(cluster: Cluster) -> list[dict[str, Any]]:
@@ -114,7 +61,8 @@ def install(real: RealNode, service_selects_every_replica: bool = False) -> None
             (c,) = pod["containers"]
             c["image"] = image  # test-only: this checkout's image, imported on the node
             c["args"] += [f"--sync-image={image}", "--progress-period=5"]  # test-only
-            pod["nodeSelector"] = {**pod.get("nodeSelector", {}), "kubernetes.io/hostname": NODE}  # test-only
+            # test-only: on the real node
+            pod["nodeSelector"] = {**pod.get("nodeSelector", {}), "kubernetes.io/hostname": real.name}
             pod["tolerations"] = [
                 {"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}
             ]
@@ -142,7 +90,7 @@ def chart_test_values(real: RealNode) -> dict[str, Any]:
     return {
         "image": {"repository": repository, "tag": tag},  # test-only: this checkout's image
         "flags": {"sync-image": image, "progress-period": 5},  # test-only
-        "nodeSelector": {"kubernetes.io/hostname": NODE},  # test-only
+        "nodeSelector": {"kubernetes.io/hostname": real.name},  # test-only
         "tolerations": [REAL_NODE_TOLERATION],  # test-only
     }
 
@@ -235,7 +183,7 @@ def make_queue(real: RealNode) -> str:
                 "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000},
                 "storage": {"workspace": {"sizePerGPU": "1Gi"}, "shmSizePerGPU": "128Mi"},
                 "scheduling": {
-                    "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "nodeSelector": {"kubernetes.io/hostname": real.name},
                     "tolerations": [REAL_NODE_TOLERATION],
                 },
             },

@@ -25,6 +25,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,15 +34,25 @@ from typing import Any
 import boto3  # type: ignore[import-untyped]
 import pytest
 from plugincli import PLUGIN, plugin_env
+from realnodes import (
+    HOST_RECORD,
+    SYSCTLS,
+    RealNode,
+    holders,
+    host_record,
+    host_state,
+    leftovers,
+    real_node_or_fail,
+    run_dir_of,
+)
 from summary_notes import CHECKPOINT_S3
 from testbed import (
     CONTROLPLANE,
     REPO,
     Cluster,
-    cache_dir,
     condition,
     controller_program,
-    kubectl_binary,
+    real_node_index,
     wait_until,
 )
 
@@ -55,86 +66,42 @@ HF_TRAINER = Path(__file__).parent / "realnode" / "hf_trainer.py"
 LIGHTNING_TRAINER = Path(__file__).parent / "realnode" / "lightning_trainer.py"
 RELOAD_LOOP = Path(__file__).parent / "realnode" / "reload_loop.py"
 IMAGE_SITECUSTOMIZE = "/usr/lib/python3.13/sitecustomize.py"  # Debian trixie's, in the training image
-NODE = "realnode-0"
-# a queue's placement on the real node: its name, and the taint that keeps every other pod off it
-REAL_NODE_SCHEDULING = {
-    "nodeSelector": {"kubernetes.io/hostname": NODE},
-    "tolerations": [{"key": "torchrun.ai/real-node", "operator": "Exists", "effect": "NoSchedule"}],
-}
 SHM_PER_GPU = "256Mi"
 SHM_BYTES = 256 * 1024 * 1024
-# what kubelet sets when it starts (protectKernelDefaults: false) and `down` must put back, plus
-# what a bridge CNI plugin may turn on
-SYSCTLS = (
-    "vm.overcommit_memory",
-    "vm.panic_on_oom",
-    "kernel.panic",
-    "kernel.panic_on_oops",
-    "kernel.keys.root_maxkeys",
-    "kernel.keys.root_maxbytes",
-    "net.ipv4.ip_forward",
-)
-HOST_PATHS = ("/var/log/containers", "/var/log/pods", "/run/netns", "/run/containerd", "/var/lib/kubelet")
 
 
-@dataclass
-class RealNode:
-    cluster: Cluster
-    env: dict[str, str]
-    images: dict[str, str]  # PAUSE_IMAGE, CONTROLLER_IMAGE, TRAIN_IMAGE
-    host_before: dict[str, Any]
+class RealNodes:
+    """The module's real nodes: each comes up for the first test that runs on it (its `real_node`
+    marker, test/conftest.py) and stays up until the module ends; what the host looked like before
+    it, and the host-wide record right after it."""
 
+    def __init__(self, stack: ExitStack) -> None:
+        self.stack = stack
+        self.up: dict[int, RealNode] = {}
+        self.before: dict[int, dict[str, Any]] = {}
+        self.others_before: dict[int, list[str]] = {}
+        self.record: dict[int, dict[str, str]] = {}
 
-def host_state() -> dict[str, Any]:
-    """What the real node may change on the host and must restore."""
-    sysctls = {
-        key: subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, check=True).stdout.strip()
-        for key in SYSCTLS
-    }
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
-    return {
-        "sysctls": sysctls,
-        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines()),
-        "mounts": sorted(Path("/proc/self/mounts").read_text().splitlines()),
-        "paths": {p: os.path.exists(p) for p in HOST_PATHS},
-        "cgroups": sorted(
-            f"{mount}/torchrun-realnode"
-            for _, mount, kind, *_ in (
-                line.split() for line in Path("/proc/self/mounts").read_text().splitlines()
-            )
-            if kind in ("cgroup", "cgroup2") and os.path.isdir(f"{mount}/torchrun-realnode")
-        ),
-    }
+    def get(self, index: int) -> RealNode:
+        if index not in self.up:
+            name = f"realnode{index}"
+            self.before[index] = host_state(index, run_dir_of(name))
+            self.others_before[index] = holders()
+            self.up[index] = self.stack.enter_context(real_node_or_fail(name, index))
+            self.record[index] = host_record()
+        return self.up[index]
 
 
 @pytest.fixture(scope="module")
-def real() -> Iterator[RealNode]:
-    if os.geteuid() != 0:
-        pytest.fail(
-            "the real node needs root (containerd, kubelet, cgroups, a bridge): run the suite as root"
-        )
-    run_dir = cache_dir() / f"run-realnode-{os.getpid()}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    env = {**os.environ, "TORCHRUN_RUN_DIR": str(run_dir), "TORCHRUN_REAL_NODE": "1", "TORCHRUN_NODES": "1"}
-    before = host_state()
-    try:
-        up = subprocess.run(
-            [str(CONTROLPLANE), "up"], check=False, env=env, capture_output=True, text=True, timeout=3000
-        )
-        if up.returncode != 0:
-            pytest.fail(f"the control plane with the real node did not come up:\n{up.stderr[-4000:]}")
-        images = dict(
-            line.split("=", 1) for line in (run_dir / "realnode" / "images.env").read_text().splitlines()
-        )
-        cluster = Cluster(
-            run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl_binary()
-        )
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crd"))
-        cluster.wait_established()
-        yield RealNode(cluster, env, images, before)
-    finally:
-        subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=300)
-        shutil.rmtree(run_dir, ignore_errors=True)
+def real_nodes() -> Iterator[RealNodes]:
+    with ExitStack() as stack:
+        yield RealNodes(stack)
+
+
+@pytest.fixture
+def real(real_nodes: RealNodes, request: pytest.FixtureRequest) -> RealNode:
+    """The real node this test runs on (`@pytest.mark.real_node(N)`, 0 unmarked), up."""
+    return real_nodes.get(real_node_index(request.node))
 
 
 @pytest.fixture
@@ -175,7 +142,7 @@ def queue(real: RealNode, namespace: str) -> Iterator[str]:
                     "checkpoints": {"enabled": True, "sizePerGPU": "1Gi"},
                     "shmSizePerGPU": SHM_PER_GPU,
                 },
-                "scheduling": REAL_NODE_SCHEDULING,
+                "scheduling": real.scheduling,
             },
         }
     )
@@ -304,7 +271,7 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
 
     # the real sync pod ran the controller image on the real node and extracted into the real PVC
     (sync,) = pods(cluster, namespace, "mlp", "sync")
-    assert sync["spec"]["nodeName"] == NODE and sync["status"]["phase"] == "Succeeded"
+    assert sync["spec"]["nodeName"] == real.name and sync["status"]["phase"] == "Succeeded"
     assert sync["spec"]["containers"][0]["image"] == real.images["CONTROLLER_IMAGE"]
     marker = json.loads(
         (volume_dir(cluster, namespace, "mlp-workspace") / "generations" / "0" / ".sync_success").read_text()
@@ -319,7 +286,7 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
         key=index_of,
     )
     assert [index_of(p) for p in workers] in ([0], [0, 1]), [p["metadata"]["name"] for p in workers]
-    assert {p["spec"]["nodeName"] for p in workers} == {NODE}
+    assert {p["spec"]["nodeName"] for p in workers} == {real.name}
     for pod in workers:
         inits = {s["name"]: s for s in pod["status"]["initContainerStatuses"]}
         for name in ("prepare", "workspace"):  # filled /opt/torchrun; found the marker, copied gen 0
@@ -341,9 +308,9 @@ def test_a_two_node_job_uploads_syncs_forms_a_world_trains_and_checkpoints(
     assert (checkpoints / "model.pt").stat().st_size > 0
 
 
-def node_link(cluster: Cluster) -> Path:
+def node_link(real: RealNode) -> Path:
     """The sysfs directory of the host link that holds the real node's address (its bridge)."""
-    node = cluster.get("node", NODE)
+    node = real.cluster.get("node", real.name)
     (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
     shown = subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True)
     (name,) = [
@@ -363,7 +330,7 @@ def test_the_address_pods_reach_the_node_by_survives_any_pods_deletion(
     took 56.9 s so (2026-11-28: the first sync pod's deletion cut the workers' reports for 46 s).
     `up` sets the bridge's address (addr_assign_type 3, NET_ADDR_SET), which the kernel never
     moves; two pods come and go and it stays."""
-    link = node_link(real.cluster)
+    link = node_link(real)
     assert (link / "addr_assign_type").read_text().strip() == "3", "the bridge's MAC is not pinned"
     mac, ports = (link / "address").read_text(), set(os.listdir(link / "brif"))
     names = ("mac-a", "mac-b")
@@ -374,7 +341,7 @@ def test_the_address_pods_reach_the_node_by_survives_any_pods_deletion(
                 "kind": "Pod",
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {
-                    **REAL_NODE_SCHEDULING,
+                    **real.scheduling,
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "pause", "image": real.images["PAUSE_IMAGE"]}],
                 },
@@ -465,7 +432,7 @@ def checkpoint_queue(
             "checkpoints": {"enabled": True, "sizePerGPU": "1Gi", "keep": keep, **checkpoints},
             "shmSizePerGPU": SHM_PER_GPU,
         },
-        "scheduling": REAL_NODE_SCHEDULING,
+        "scheduling": real.scheduling,
     }
     if progress is not None:
         spec["progress"] = progress
@@ -514,6 +481,7 @@ def losses(path: Path) -> list[tuple[str, int, float]]:
     return out
 
 
+@pytest.mark.real_node(1)
 def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
     real: RealNode, namespace: str, controller: Path, tmp_path: Path
 ) -> None:
@@ -626,7 +594,7 @@ def test_restarts_and_suspend_resume_from_the_latest_complete_checkpoint(
 def progress_controller(real: RealNode, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """The controller program with its progress endpoint where the real node's pods reach the
     host: the node's address (the bridge's, on this host); --progress-period 5. Yields its log."""
-    node = real.cluster.get("node", NODE)
+    node = real.cluster.get("node", real.name)
     (address,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
     port = 19443
     log_path = tmp_path / "controller.log"
@@ -640,6 +608,7 @@ def progress_controller(real: RealNode, namespace: str, tmp_path: Path) -> Itera
         yield log_path
 
 
+@pytest.mark.real_node(1)
 def test_progress_is_reported_a_hung_collective_stalls_restarts_once_and_stack_shows_both_ranks(
     real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
 ) -> None:
@@ -780,7 +749,7 @@ def s3_server(real: RealNode, tmp_path: Path) -> Iterator[S3Server]:
 
         wait_until(listening, 60, interval=0.5, message="moto's server")
         client.create_bucket(Bucket="ckpt")
-        addresses = real.cluster.get("node", NODE)["status"]["addresses"]
+        addresses = real.cluster.get("node", real.name)["status"]["addresses"]
         ip = next(a["address"] for a in addresses if a["type"] == "InternalIP")
         yield S3Server(endpoint, f"http://{ip}:{port}")
     finally:
@@ -972,7 +941,7 @@ def starting_queue(real: RealNode, name: str, **spec: Any) -> str:
                 "nodeResources": {"gpus": 0, "cpus": "200m", "memory": "512Mi"},
                 "image": real.images["TRAIN_IMAGE"],
                 "storage": {"workspace": {"enabled": False}},
-                "scheduling": REAL_NODE_SCHEDULING,
+                "scheduling": real.scheduling,
                 **spec,
             },
         }
@@ -1319,6 +1288,7 @@ class Evicted:
             raise AssertionError(f"{said}\n{timeline[-8000:]}\n{more()}") from e
 
 
+@pytest.mark.real_node(1)
 def test_node_0s_pod_lost_is_replaced_and_every_rank_restarts_in_place_into_its_new_store(
     real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
 ) -> None:
@@ -1391,6 +1361,7 @@ def test_a_pod_evicted_on_the_recreate_path_is_not_taken_for_a_finished_rank(
     )
 
 
+@pytest.mark.real_node(1)
 def test_a_hung_collective_stalls_and_restarts_in_place_in_the_same_pods(
     real: RealNode, namespace: str, progress_controller: Path, queue: str, tmp_path: Path
 ) -> None:
@@ -1635,6 +1606,7 @@ def crash_and_resume(
     return st
 
 
+@pytest.mark.real_node(1)
 def test_an_unchanged_hf_trainer_program_reports_crashes_resumes_saves_on_suspend_and_resumes(
     real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
 ) -> None:
@@ -1709,6 +1681,7 @@ def test_an_unchanged_hf_trainer_program_reports_crashes_resumes_saves_on_suspen
         ), out
 
 
+@pytest.mark.real_node(1)
 def test_an_unchanged_lightning_program_reports_crashes_and_resumes_from_its_own_checkpoint(
     real: RealNode, namespace: str, progress_controller: Path, tmp_path: Path
 ) -> None:
@@ -1765,13 +1738,37 @@ def test_a_queue_or_a_job_that_turns_the_hooks_off_leaves_an_hf_program_as_it_is
         assert "progress" not in final, final
 
 
-def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(real: RealNode) -> None:
+@pytest.mark.real_node(1)
+def test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it(
+    real: RealNode, real_nodes: RealNodes
+) -> None:
+    """`down` leaves nothing of this node: no leftovers, its links, mounts and cgroups as before it
+    came up, none of its processes. What the nodes share (sysctls, fixed directories) the last node
+    down puts back: if this is the last, the host has the values recorded before the first node
+    came up (and, when no other node was up before this one, exactly what this test saw then); if
+    another node is still up, the record is kept, unchanged, for it to put back."""
     subprocess.run([str(CONTROLPLANE), "down"], env=real.env, check=True, timeout=300)
-    left = subprocess.run(
-        [str(CONTROLPLANE), "leftovers"], env=real.env, capture_output=True, text=True, check=True
-    ).stdout
+    left = leftovers(real.env)
     assert left == "", left
-    assert host_state() == real.host_before
+    before = real_nodes.before[real.index]
+    # a pod of another node may be between its veth's creation and its bridge: look again a moment
+    wait_until(
+        lambda: host_state(real.index, real.cluster.run_dir)["own"] == before["own"],
+        10,
+        message=f"the host as before {real.name} came up: {before['own']}",
+    )
+    after = host_state(real.index, real.cluster.run_dir)
+    record = real_nodes.record[real.index]
+    if holders():  # another node is up: the host-wide record waits for it
+        assert host_record() == record, (holders(), host_record(), record)
+    else:
+        assert not (HOST_RECORD / "host.saved").exists()
+        assert after["shared"]["sysctls"] == {key: record[key] for key in SYSCTLS}, (after, record)
+        assert {p: not there for p, there in after["shared"]["paths"].items()} == {
+            p: f"absent {p}" in record for p in after["shared"]["paths"]
+        }, (after, record)
+        if not real_nodes.others_before[real.index]:
+            assert after["shared"] == before["shared"]
     procs = subprocess.run(
         ["pgrep", "-af", str(real.cluster.run_dir)], check=False, capture_output=True, text=True
     ).stdout

@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 from progressservice import (
     STEPS,
-    RealNode,
     endpoints,
     final_step_run,
     install,
@@ -32,11 +31,11 @@ from progressservice import (
     leader_pod,
     make_queue,
     project,
-    real_node,
     remove_config,
     replicas,
     reports,
 )
+from realnodes import RealNode, real_node_or_fail
 from testbed import helm_binary
 
 RUNS = 3
@@ -44,11 +43,8 @@ RUNS = 3
 
 @pytest.fixture(scope="module")
 def real() -> Iterator[RealNode]:
-    try:
-        with real_node("psvc") as node:
-            yield node
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
+    with real_node_or_fail("psvc") as node:
+        yield node
 
 
 def test_in_cluster_config_works_from_a_pod_through_the_kubernetes_service(real: RealNode) -> None:
@@ -56,14 +52,14 @@ def test_in_cluster_config_works_from_a_pod_through_the_kubernetes_service(real:
     kubeconfig: KUBERNETES_SERVICE_HOST is the `kubernetes` ClusterIP, routed by kube-proxy)."""
     install(real)
     pods = replicas(real.cluster)
-    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"realnode-0"}
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {real.name}
     env = {e["name"] for e in pods[0]["spec"]["containers"][0].get("env") or ()}
     assert "KUBECONFIG" not in env
     slices = real.cluster.get(
         "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
     )
     (address,) = {a for s in slices["items"] for e in s["endpoints"] for a in e["addresses"]}
-    node = real.cluster.get("node", "realnode-0")
+    node = real.cluster.get("node", real.name)
     assert address in {a["address"] for a in node["status"]["addresses"]}
 
 

@@ -69,8 +69,11 @@ import json, os
 DESELECTED = {}
 
 def marks(item):
-    # an xdist_group marker with the group it names: `xdist_group=<name>`
-    names = {"=".join([m.name, *m.args]) if m.name == "xdist_group" else m.name for m in item.iter_markers()}
+    # an xdist_group or real_node marker with what it names: `xdist_group=<name>`, `real_node=<N>`
+    named = ("xdist_group", "real_node")
+    names = {
+        "=".join([m.name, *map(str, m.args)]) if m.name in named else m.name for m in item.iter_markers()
+    }
     return sorted(names)
 
 def pytest_deselected(items):
@@ -116,13 +119,24 @@ def test_the_tiers_are_marked_by_directory_and_not_integration_is_the_unit_tests
     assert marked("realnode") == {n for n in tier["e2e"] if n.startswith("test/e2e/test_realnode")}
     assert marked("realnode")
 
-    # hack/test.sh's workers (`--dist loadgroup`): every real-node test in one group, so one
-    # worker runs them one after another; each other control-plane module a group of its own
-    # (its module-scoped fixtures set up once); unit tests in none (any worker)
+    # hack/test.sh's workers (`--dist loadgroup`): the real-node tests of each node in one group
+    # (`real_node=N`, 0 unmarked), so one worker runs them one after another and two nodes run on
+    # two; each other control-plane module a group of its own (its module-scoped fixtures set up
+    # once); unit tests in none (any worker)
     def groups(node: str) -> list[str]:
         return [m.removeprefix("xdist_group=") for m in everything[node] if m.startswith("xdist_group=")]
 
-    assert {n: groups(n) for n in marked("realnode")} == {n: ["realnode"] for n in marked("realnode")}
+    def real_node(node: str) -> str:
+        return next(
+            (m.removeprefix("real_node=") for m in everything[node] if m.startswith("real_node=")), "0"
+        )
+
+    real = marked("realnode")
+    assert {n: groups(n) for n in real} == {n: [f"realnode-{real_node(n)}"] for n in real}
+    assert {real_node(n) for n in real} == {"0", "1"}
+    # only node 0 runs kube-proxy: the Service tests run there
+    services = {n for n in real if n.startswith("test/e2e/test_realnode_progress_service.py")}
+    assert services and {real_node(n) for n in services} == {"0"}
     others = marked("integration") - marked("realnode")
     assert {n: groups(n) for n in others} == {n: [n.split("::")[0].removeprefix("test/")] for n in others}
     assert not any(groups(n) for n in tier["unit"])
