@@ -52,7 +52,9 @@ log "pytest"
 # (the chaos test once, the real node's upload once), so three is not yet the default.
 workers="${TORCHRUN_TEST_WORKERS:-2}"
 parallel=()
-[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup)
+# groups start in the order of their first test, which test/conftest.py makes the real nodes'
+# (without this, xdist starts the groups with the most tests first, whatever their length)
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 set +e
 # -rs prints every skip's reason; a skip not in test/expected_skips.txt fails the run (test/conftest.py)
 python -m pytest -p no:cacheprovider -rs "${parallel[@]}" "${@:-test}"

@@ -66,12 +66,17 @@ def worker_group(path: Path, real_node: int = 0) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test's tiers and worker group, and puts the real-node tests first, each in its
+    order: they are the longest chains (one worker runs each node's, one test after another), so
+    hack/test.sh's workers (`--no-loadscope-reorder`: groups in the order of their first test)
+    start them first, and the rest fill the other workers and the time after."""
     for item in items:
         for tier in tiers(item.path):
             item.add_marker(tier)
         group = worker_group(item.path, real_node_index(item))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: "realnode" not in tiers(item.path))  # stable: the rest keep their order
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,17 @@ def test_the_tiers_are_marked_by_directory_and_not_integration_is_the_unit_tests
     others = marked("integration") - marked("realnode")
     assert {n: groups(n) for n in others} == {n: [n.split("::")[0].removeprefix("test/")] for n in others}
     assert not any(groups(n) for n in tier["unit"])
+
+
+def test_the_real_node_tests_come_first_each_in_its_order(tmp_path: Path) -> None:
+    """hack/test.sh's workers start the groups in the order of their first test
+    (`--no-loadscope-reorder`): the real nodes' chains, the longest, must lead the collection, and
+    within them the file's own order is kept (a node's down test stays its last)."""
+    order = list(collect(tmp_path, "integration")["selected"])
+    real = [n for n in order if n.startswith("test/e2e/test_realnode")]
+    assert real and order[: len(real)] == real
+    in_file = [n.split("::")[1].split("[")[0] for n in real if n.startswith("test/e2e/test_realnode.py::")]
+    source = (TEST_DIR / "e2e" / "test_realnode.py").read_text()
+    defined = {name: i for i, name in enumerate(re.findall(r"^def (test_\w+)", source, re.M))}
+    assert [defined[n] for n in in_file] == sorted(defined[n] for n in in_file)
+    assert in_file[-1] == "test_down_stops_the_real_node_and_leaves_the_host_as_it_found_it"
