@@ -44,13 +44,13 @@ lint-imports .importlinter
   || log "real node not built: test/e2e/test_realnode.py fails and says why"
 
 log "pytest"
-# pytest-xdist workers, each with a control plane of its own; every real-node test runs on one of
-# them (test/conftest.py's groups). TORCHRUN_TEST_WORKERS=0 runs the tests in this process alone.
-# Two by default. Three fit 2 cores in time: the tests mostly wait on their control planes, the
-# cores were 45-55% busy with two and ~65% with three, and pytest took 15 min 14 s instead of
-# 20 min 53 s. But three runs out of three at three workers each failed a load-sensitive test
-# (the chaos test once, the real node's upload once), so three is not yet the default.
-workers="${TORCHRUN_TEST_WORKERS:-2}"
+# pytest-xdist workers, each with a control plane of its own; the real-node tests run on two of
+# them, one per real node (test/conftest.py's groups: realnode-0 and realnode-1 run beside each
+# other, each one test after another). TORCHRUN_TEST_WORKERS=0 runs the tests in this process
+# alone. Three by default: on 2 cores the tests mostly wait on their control planes and real
+# nodes (the cores ~73% busy with three), and with the real node's chain split in two, three
+# workers took 19 min 28 s where two took 30-32 min with one real node.
+workers="${TORCHRUN_TEST_WORKERS:-3}"
 parallel=()
 # groups start in the order of their first test, which test/conftest.py makes the real nodes'
 # (without this, xdist starts the groups with the most tests first, whatever their length)

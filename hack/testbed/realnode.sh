@@ -91,11 +91,11 @@ realnode_record_host() {  # what `down` must restore, written once, before the f
   mkdir -p "$REAL_NODE_DIR"
   [ -f "$REAL_NODE_DIR/host.saved" ] && return 0
   echo "$REAL_NODE_INDEX" > "$REAL_NODE_DIR/index"
-  realnode_host_locked realnode_hold_host || return 1
   local table
   for table in "${REAL_NODE_NFT_TABLES[@]}"; do
     nft list table $table >/dev/null 2>&1 || echo "nft $table"
   done > "$REAL_NODE_DIR/host.saved.tmp"
+  realnode_host_locked realnode_hold_host || return 1
   mv "$REAL_NODE_DIR/host.saved.tmp" "$REAL_NODE_DIR/host.saved"
 }
 
@@ -106,11 +106,13 @@ realnode_host_locked() {  # runs "$@" holding the lock on the host-wide record (
 }
 
 realnode_live_holders() {  # the nodes that hold the host, each a file holders/NODE naming its run
-  # dir; one whose run dir no longer records it (its run was removed without `down`) is dropped
+  # dir; one whose node directory is gone (its run was removed without `down`) is dropped. A run
+  # killed before `down` whose directory stays holds on: the host is put back only when no node
+  # may still run on it.
   local file
   for file in "$REAL_NODES_HOST"/holders/*; do
     [ -e "$file" ] || continue
-    if [ -f "$(cat "$file")/realnode/host.saved" ] || [ "$(cat "$file")" = "$RUN_DIR" ]; then
+    if [ -d "$(cat "$file")/realnode" ]; then
       basename "$file"
     else
       rm -f "$file"
