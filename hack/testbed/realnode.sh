@@ -99,8 +99,9 @@ realnode_record_host() {  # what `down` must restore, written once, before the f
   mv "$REAL_NODE_DIR/host.saved.tmp" "$REAL_NODE_DIR/host.saved"
 }
 
-realnode_host_locked() {  # runs "$@" holding the lock on the host-wide record (a subshell)
-  mkdir -p "$REAL_NODES_HOST/holders"
+realnode_host_locked() {  # runs "$@" holding the lock on the host-wide record (a subshell); fails
+  # when the record's directory cannot be made or locked, or "$@" fails
+  mkdir -p "$REAL_NODES_HOST/holders" || return 1
   ( flock -w 120 9 || { log "the lock $REAL_NODES_HOST/lock was held over 120 s"; exit 1; }; "$@" ) \
     9>"$REAL_NODES_HOST/lock"
 }
@@ -128,10 +129,10 @@ realnode_hold_host() {  # (locked) record the host unless a node holds it, then 
       for key in "${REAL_NODE_SYSCTLS[@]}"; do echo "sysctl $key $(sysctl -n "$key")"; done
       for path in "${REAL_NODE_HOST_PATHS[@]}"; do [ -e "$path" ] || echo "absent $path"; done
       for path in /run/netns/*; do [ -e "$path" ] && echo "netns $path"; done
-    } > "$saved.tmp"
-    mv "$saved.tmp" "$saved"
+    } > "$saved.tmp" || return 1
+    mv "$saved.tmp" "$saved" || return 1
   fi
-  echo "$RUN_DIR" > "$REAL_NODES_HOST/holders/$REAL_NODE"
+  echo "$RUN_DIR" > "$REAL_NODES_HOST/holders/$REAL_NODE" || return 1
 }
 
 realnode_release_host() {  # (locked) this node lets go of the host; the last one puts it back
@@ -467,7 +468,8 @@ realnode_claim_host() {  # refuse a host that runs this node (or its address, or
       fi
     done
   fi
-  realnode_record_host
+  # `|| return 1`: this function runs in a `||` list, where `set -e` stops nothing
+  realnode_record_host || { log "could not record the host in $REAL_NODES_HOST: not starting"; return 1; }
   realnode_guard
 }
 
@@ -549,7 +551,12 @@ realnode_unmount() {  # every mount under the node's directory, the deepest firs
 
 realnode_restore_host() {  # put back what realnode_record_host saved: this node's own, then
   # the host-wide if it is the last node up
-  local saved="$REAL_NODE_DIR/host.saved" kind key value h dir
+  local saved="$REAL_NODE_DIR/host.saved" kind key value h dir holder="$REAL_NODES_HOST/holders/$REAL_NODE"
+  if [ -f "$holder" ] && [ "$(cat "$holder")" != "$RUN_DIR" ]; then
+    log "$REAL_NODE is another run's now ($(cat "$holder")): its bridge, cgroups and tables are left to it"
+    rm -f "$saved"
+    return 0
+  fi
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then ip link delete "$REAL_NODE_BRIDGE"; fi
   for h in $(cgroup_hierarchies); do
     dir="$h/$REAL_NODE_CGROUP"
@@ -579,20 +586,23 @@ realnode_down() {
   realnode_restore_host
 }
 
-realnode_leftovers() {  # what the real node may leave on the host; prints nothing when clean
-  local h
+realnode_leftovers() {  # what this run's real node may leave on the host; prints nothing when
+  # clean. The names a node of this index uses (bridge, cgroups, tables) are another run's while
+  # that run holds the host as this node: they are not looked at then.
+  local h holder="$REAL_NODES_HOST/holders/$REAL_NODE"
   findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1 { print "mount " $0 }'
+  pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
+  if [ -f "$holder" ] && [ "$(cat "$holder")" != "$RUN_DIR" ]; then return 0; fi
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then echo "link $REAL_NODE_BRIDGE"; fi
   for h in $(cgroup_hierarchies); do
     if [ -d "$h/$REAL_NODE_CGROUP" ]; then echo "cgroup $h/$REAL_NODE_CGROUP"; fi
   done
-  pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
   local table
   for table in "${REAL_NODE_NFT_TABLES[@]}"; do
     if nft list table $table >/dev/null 2>&1; then echo "nftables table $table"; fi
   done
   # the host-wide record: this node no longer holds it, and the last node down removed it
-  if [ -e "$REAL_NODES_HOST/holders/$REAL_NODE" ]; then echo "holder $REAL_NODES_HOST/holders/$REAL_NODE"; fi
+  if [ -f "$holder" ]; then echo "holder $holder"; fi
   if [ -f "$REAL_NODES_HOST/host.saved" ] && [ -z "$(ls -A "$REAL_NODES_HOST/holders" 2>/dev/null)" ]; then
     echo "host record $REAL_NODES_HOST/host.saved, held by no node"
   fi

@@ -1,13 +1,17 @@
 """End to end on the real node: real containers, real volumes, a real torchrun world.
 
-The module starts a control plane of its own with `TORCHRUN_REAL_NODE=1` (hack/testbed/realnode.sh:
-containerd, runc, bridge CNI, a kubelet registered as `realnode-0`, CoreDNS), so the session's
-control plane and its tests never see the real node. A queue pinned to the real node runs
-`test/e2e/realnode/train.py` in Debian's torch image: the plugin uploads the project through
-`kubectl exec` into the real sync pod, which extracts it into the real PVC; the workers' init
-containers copy generation 0 to `/app`; torchrun forms a world of two across the two pods through
-the headless Service's DNS; gloo all-reduces and trains. The last test stops the real node and
-checks that the host is as it was (sysctls, mounts, links, cgroups, processes).
+Each test runs on a real node with a control plane of its own (test/e2e/realnodes.py,
+`TORCHRUN_REAL_NODE=1`: containerd, runc, bridge CNI, a kubelet, CoreDNS), so the session's
+control plane and its tests never see it: `realnode-0`, or `realnode-1` for a test marked
+`@pytest.mark.real_node(1)`. The suite runs the two nodes' tests on two workers, beside each other
+(test/conftest.py); a node comes up for its first test and goes down when the module ends. A queue
+pinned to the node runs `test/e2e/realnode/train.py` in Debian's torch image: the plugin uploads
+the project through `kubectl exec` into the real sync pod, which extracts it into the real PVC; the
+workers' init containers copy generation 0 to `/app`; torchrun forms a world of two across the two
+pods through the headless Service's DNS; gloo all-reduces and trains. The last test stops
+`realnode-1` and checks that the host is as it was (its links, mounts, cgroups and processes; the
+sysctls and host directories once the last node is down); `realnode-0` must leave nothing either
+(`leftovers`, when the module ends).
 
 Nothing here is skipped: a machine that cannot run the real node (not root, no cgroups, a package
 missing) fails the fixture with the control plane's own words.
@@ -81,13 +85,24 @@ class RealNodes:
         self.before: dict[int, dict[str, Any]] = {}
         self.others_before: dict[int, list[str]] = {}
         self.record: dict[int, dict[str, str]] = {}
+        self.failed: dict[int, str] = {}
 
     def get(self, index: int) -> RealNode:
+        """Node `index`, brought up now if it is not yet; a node that could not come up fails each
+        of its tests at once with the first try's words (no second try)."""
+        if index in self.failed:
+            pytest.fail(
+                f"realnode-{index} did not come up for an earlier test of this module: {self.failed[index]}"
+            )
         if index not in self.up:
             name = f"realnode{index}"
             self.before[index] = host_state(index, run_dir_of(name))
             self.others_before[index] = holders()
-            self.up[index] = self.stack.enter_context(real_node_or_fail(name, index))
+            try:
+                self.up[index] = self.stack.enter_context(real_node_or_fail(name, index))
+            except pytest.fail.Exception as exc:
+                self.failed[index] = str(exc)[:2000]
+                raise
             self.record[index] = host_record()
         return self.up[index]
 
