@@ -128,7 +128,7 @@ realnode_hold_host() {  # (locked) record the host unless a node holds it, then 
     {
       for key in "${REAL_NODE_SYSCTLS[@]}"; do echo "sysctl $key $(sysctl -n "$key")"; done
       for path in "${REAL_NODE_HOST_PATHS[@]}"; do [ -e "$path" ] || echo "absent $path"; done
-      for path in /run/netns/*; do [ -e "$path" ] && echo "netns $path"; done
+      for path in /run/netns/*; do if [ -e "$path" ]; then echo "netns $path"; fi; done
     } > "$saved.tmp" || return 1
     mv "$saved.tmp" "$saved" || return 1
   fi
