@@ -47,10 +47,10 @@ log "pytest"
 # pytest-xdist workers, each with a control plane of its own; the real-node tests run on two of
 # them, one per real node (test/conftest.py's groups: realnode-0 and realnode-1 run beside each
 # other, each one test after another). TORCHRUN_TEST_WORKERS=0 runs the tests in this process
-# alone. Three by default: on 2 cores the tests mostly wait on their control planes and real
-# nodes (the cores ~73% busy with three), and with the real node's chain split in two, three
-# workers took 19 min 28 s where two took 30-32 min with one real node.
-workers="${TORCHRUN_TEST_WORKERS:-3}"
+# alone. Two by default. Three took 19 min 28 s and 19 min 21 s of pytest on 2 cores (the cores
+# ~73% busy), but one run of three lost a test to the load (test_progress.py's standby replica took
+# the Lease: the leader had not renewed it in time), so three is not yet the default.
+workers="${TORCHRUN_TEST_WORKERS:-2}"
 parallel=()
 # groups start in the order of their first test, which test/conftest.py makes the real nodes'
 # (without this, xdist starts the groups with the most tests first, whatever their length)
