@@ -2,15 +2,16 @@
 
 Each test runs on a real node with a control plane of its own (test/e2e/realnodes.py,
 `TORCHRUN_REAL_NODE=1`: containerd, runc, bridge CNI, a kubelet, CoreDNS), so the session's
-control plane and its tests never see it: `realnode-0`, or `realnode-1` for a test marked
-`@pytest.mark.real_node(1)`. The suite runs the two nodes' tests on two workers, beside each other
-(test/conftest.py); a node comes up for its first test and goes down when the module ends. A queue
+control plane and its tests never see it: `realnode-0`, or, with TORCHRUN_TEST_REAL_NODES=2,
+`realnode-1` for a test marked `@pytest.mark.real_node(1)`, the two nodes' tests then on two
+workers beside each other (test/conftest.py); a node comes up for its first test and goes down when
+the module ends. A queue
 pinned to the node runs `test/e2e/realnode/train.py` in Debian's torch image: the plugin uploads
 the project through `kubectl exec` into the real sync pod, which extracts it into the real PVC; the
 workers' init containers copy generation 0 to `/app`; torchrun forms a world of two across the two
-pods through the headless Service's DNS; gloo all-reduces and trains. The last test stops
-`realnode-1` and checks that the host is as it was (its links, mounts, cgroups and processes; the
-sysctls and host directories once the last node is down); `realnode-0` must leave nothing either
+pods through the headless Service's DNS; gloo all-reduces and trains. The last test stops its
+node and checks that the host is as it was (its links, mounts, cgroups and processes; the
+sysctls and host directories once the last node is down); any other node must leave nothing either
 (`leftovers`, when the module ends).
 
 Nothing here is skipped: a machine that cannot run the real node (not root, no cgroups, a package
