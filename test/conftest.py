@@ -68,8 +68,8 @@ def worker_group(path: Path, real_node: int = 0) -> str | None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks each test's tiers and worker group, and puts the real-node tests first, each in its
     order: they are the longest chains (one worker runs each node's, one test after another), so
-    hack/test.sh's workers (`--no-loadscope-reorder`: groups in the order of their first test)
-    start them first, and the rest fill the other workers and the time after."""
+    hack/test.sh's workers with two real nodes (`--no-loadscope-reorder`: groups in the order of
+    their first test) start them first, and the rest fill the other workers and the time after."""
     for item in items:
         for tier in tiers(item.path):
             item.add_marker(tier)
