@@ -121,6 +121,12 @@ realnode_live_holders() {  # the nodes that hold the host, each a file holders/N
   done
 }
 
+realnode_names_taken() {  # true when another run holds the host as this node: the bridge, cgroups
+  # and tables of this node's name are that run's, not this one's
+  local holder="$REAL_NODES_HOST/holders/$REAL_NODE"
+  [ -f "$holder" ] && [ "$(cat "$holder")" != "$RUN_DIR" ]
+}
+
 realnode_hold_host() {  # (locked) record the host unless a node holds it, then hold it too. A
   # record left by a run that never reached `down` is kept: it has the values from before it.
   local saved="$REAL_NODES_HOST/host.saved" key path
@@ -551,9 +557,9 @@ realnode_unmount() {  # every mount under the node's directory, the deepest firs
 
 realnode_restore_host() {  # put back what realnode_record_host saved: this node's own, then
   # the host-wide if it is the last node up
-  local saved="$REAL_NODE_DIR/host.saved" kind key value h dir holder="$REAL_NODES_HOST/holders/$REAL_NODE"
-  if [ -f "$holder" ] && [ "$(cat "$holder")" != "$RUN_DIR" ]; then
-    log "$REAL_NODE is another run's now ($(cat "$holder")): its bridge, cgroups and tables are left to it"
+  local saved="$REAL_NODE_DIR/host.saved" kind key value h dir
+  if realnode_names_taken; then
+    log "$REAL_NODE is another run's now: its bridge, cgroups and tables are left to it"
     rm -f "$saved"
     return 0
   fi
@@ -592,7 +598,7 @@ realnode_leftovers() {  # what this run's real node may leave on the host; print
   local h holder="$REAL_NODES_HOST/holders/$REAL_NODE"
   findmnt -rn -o TARGET | awk -v d="$REAL_NODE_DIR/" 'index($0, d) == 1 { print "mount " $0 }'
   pgrep -af "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" | sed 's/^/process /' || true
-  if [ -f "$holder" ] && [ "$(cat "$holder")" != "$RUN_DIR" ]; then return 0; fi
+  if realnode_names_taken; then return 0; fi
   if ip link show "$REAL_NODE_BRIDGE" >/dev/null 2>&1; then echo "link $REAL_NODE_BRIDGE"; fi
   for h in $(cgroup_hierarchies); do
     if [ -d "$h/$REAL_NODE_CGROUP" ]; then echo "cgroup $h/$REAL_NODE_CGROUP"; fi
