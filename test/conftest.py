@@ -23,14 +23,15 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import skip_policy
 import summary_notes
 from summary_notes import KUBELET, STAND_IN, stand_in
-from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary, real_node_index
+from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary, live_logs, real_node_index
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
@@ -77,6 +78,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: "realnode" not in tiers(item.path))  # stable: the rest keep their order
+
+
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failing test's report ends with the last LOG_TAIL_LINES of every controller program
+    running when it failed (testbed.live_logs): their temporary directories are gone by the time
+    anyone reads the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for log in live_logs():
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        except OSError as exc:
+            tail = [f"unreadable: {exc}"]
+        report.sections.append((f"tail of {log.name} ({log})", "\n".join(tail)))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -112,10 +112,11 @@ def controller_program(
     kubeconfig: Path, namespace: str, log: Path, *flags: str
 ) -> Iterator[subprocess.Popen[bytes]]:
     """The `torchrun-controller` program (this checkout's) for `namespace`, its output in `log`;
-    stopped on exit (SIGTERM, SIGKILL after 30 s)."""
+    stopped on exit (SIGTERM, SIGKILL after 30 s). While it runs, a failing test's report ends
+    with the tail of `log` (`live_logs`)."""
     command = [sys.executable, "-m", "controller.cmd.main", "--kubeconfig", str(kubeconfig)]
     command += ["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"]
-    with open(log, "wb") as out:
+    with open(log, "wb") as out, shown_on_failure(log):
         proc = subprocess.Popen(
             [*command, "--log-format", "console", *flags], stdout=out, stderr=subprocess.STDOUT, cwd=REPO
         )
@@ -128,6 +129,25 @@ def controller_program(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+_LIVE_LOGS: list[Path] = []
+
+
+@contextmanager
+def shown_on_failure(log: Path) -> Iterator[None]:
+    """While inside, `log` is one of `live_logs()`: a test that fails meanwhile shows its tail."""
+    _LIVE_LOGS.append(log)
+    try:
+        yield
+    finally:
+        _LIVE_LOGS.remove(log)
+
+
+def live_logs() -> list[Path]:
+    """The logs of the programs running now (test/conftest.py adds their tails to a failure's
+    report: a controller replica's log is deleted with its temporary directory)."""
+    return list(_LIVE_LOGS)
 
 
 def wait_until(

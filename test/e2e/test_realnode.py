@@ -1106,11 +1106,14 @@ def _log_time(stamp: str) -> datetime:
 
 class TimedLogs:
     """Every worker pod's torchrun log with the runtime's timestamps, the longest seen per pod UID,
-    collected while the pods exist (a recreate deletes them and their logs)."""
+    collected while the pods exist (a recreate deletes them and their logs). A read that failed
+    keeps what an earlier one got and is in `errors` (`kubectl logs` goes through the API server to
+    the kubelet, and a loaded machine can time it out)."""
 
     def __init__(self, cluster: Cluster, ns: str, job: str) -> None:
         self.cluster, self.ns, self.job = cluster, ns, job
         self.text: dict[str, str] = {}
+        self.errors: dict[str, str] = {}  # pod name → why its last read failed
 
     def every_rank_said(self, prefix: str) -> bool:
         """Read the logs again: both ranks printed a line starting with `prefix.format(rank=r)`."""
@@ -1127,7 +1130,11 @@ class TimedLogs:
             got = self.cluster.kubectl(
                 "logs", "--timestamps", "-n", self.ns, pod["metadata"]["name"], "-c", "torchrun", check=False
             )
-            if got.returncode == 0 and len(got.stdout) > len(self.text.get(uid, "")):
+            if got.returncode != 0:
+                self.errors[pod["metadata"]["name"]] = got.stderr.strip()
+                continue
+            self.errors.pop(pod["metadata"]["name"], None)
+            if len(got.stdout) > len(self.text.get(uid, "")):
                 self.text[uid] = got.stdout
         return seen
 
@@ -1494,6 +1501,11 @@ def test_a_hot_reload_runs_the_new_code_on_every_rank_in_the_same_pods(
     reported = re.search(r"the pods stayed\); ([0-9.]+) s after the command", said)
     assert reported is not None and 0 < float(reported.group(1)) <= returned, said
     final = finished(cluster, namespace, "rld", timeout=120)
+    # the pods stay (Succeeded) with their logs: read until a read got both ranks' last line
+    try:
+        wait_until(lambda: logs.every_rank_said("done v=2 rank={rank}"), 60, interval=1, message="last lines")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last failed reads: {logs.errors}; {why}") from exc
     seen.update(logs.poll())
     assert final["phase"] == "Succeeded" and not final.get("restarts"), (final, why)
     assert final.get("inPlaceWorkspaceGeneration") == final.get("workspaceGeneration") == 1, final

@@ -32,6 +32,9 @@ class HasRest(Protocol):
     def rest(self) -> RESTClient: ...
 
 
+_IDENTITIES: dict[str, str] = {}  # replica identity → the namespace it was first used in (`replica`)
+
+
 class Replica(NamedTuple):
     identity: str
     url: str
@@ -49,7 +52,11 @@ def replica(
 ) -> Iterator[Replica]:
     """One controller process with leader election and the progress endpoint on a free port
     (`more`: further flags; `url`: the pods are told that endpoint, `--progress-url`, which a job
-    that restarts in place needs)."""
+    that restarts in place needs). An identity names one namespace's replica for the whole session:
+    the audit log is shared by every module a worker runs, and a check of what one replica wrote
+    (its user agent ends with its identity) must not count another module's."""
+    claimed = _IDENTITIES.setdefault(identity, ns)
+    assert claimed == ns, f"replica identity {identity} is already used in namespace {claimed}: name it apart"
     port = free_port()
     endpoint = f"https://127.0.0.1:{port}/v1/progress"
     flags = (

@@ -50,7 +50,8 @@ class Bed(NamedTuple):
 def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """A namespace, a queue whose kwok workers run until told otherwise, and two controller
     replicas: the first leads; `stop_first` stops it. Identities of their own: the audit log is
-    shared by the modules a worker runs, and test_progress.py counts what its `replica-b` wrote."""
+    shared by the modules a worker runs, and test_progress.py counts what its standby wrote
+    (reports.replica refuses an identity another namespace used)."""
     ns, queue = f"t-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(ns)
     cluster.apply(queue_manifest(queue, "run", nodeResources={"gpus": 0, "cpus": "20m"}))

@@ -145,7 +145,7 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         "ipl",
         failurePolicy={"maxRestarts": 1, "restartMode": "InPlace", "retriableExitCodes": [75]},
     )
-    with leader(cluster, bed, "replica-a") as one:
+    with leader(cluster, bed, "inplace-a") as one:
         pods = [worker_pod(cluster, ns, "ipl", rank) for rank in (0, 1)]
         tokens = [token(bed, pod) for pod in pods]
         uids = pod_uids(cluster, ns, "ipl")
@@ -166,7 +166,7 @@ def test_a_failure_told_restarts_in_place_once_across_a_failover_and_the_last_on
         st = wait_until(lambda: (s := status(cluster, ns, "ipl")).get("inPlaceGeneration") == 1 and s, 20)
         assert (st["restarts"], st["inPlaceRestarts"], st["restartsByReason"]) == (1, 1, {"WorkersFailed": 1})
         answered(one.url, tokens[0], "ipl", failed, {"generation": 1, "final": False, "soon": False})
-    with leader(cluster, bed, "replica-b") as two:  # a failover: the new leader hears it again
+    with leader(cluster, bed, "inplace-b") as two:  # a failover: the new leader hears it again
         for tok in tokens:
             answered(two.url, tok, "ipl", failed, {"generation": 1, "final": False, "soon": False})
         retriable = {"generation": 1, "state": "failed", "exitCode": 75}
@@ -200,7 +200,7 @@ def test_a_pod_replaced_on_a_lost_node_makes_every_rank_restart_into_a_new_rende
     The times of each step are printed."""
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "lost", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
-    with leader(cluster, bed, "replica-c") as one:
+    with leader(cluster, bed, "inplace-c") as one:
         pods, tokens = running_pair(cluster, bed, one.url, "lost")
         started = time.monotonic()
         bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
@@ -231,11 +231,11 @@ def test_a_replacement_first_heard_by_a_new_leader_still_makes_a_new_rendezvous(
     1 waits for its first word) and names generation 1, not counted as a restart."""
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "lostfo", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
-    with leader(cluster, bed, "replica-d") as one:
+    with leader(cluster, bed, "inplace-d") as one:
         pods, tokens = running_pair(cluster, bed, one.url, "lostfo")
     bed.rest.evict(PODS, pods[1]["metadata"]["name"], ns, uid=pods[1]["metadata"]["uid"])
     replacement = worker_pod(cluster, ns, "lostfo", 1, not_uids=frozenset({pods[1]["metadata"]["uid"]}))
-    with leader(cluster, bed, "replica-e") as two:
+    with leader(cluster, bed, "inplace-e") as two:
         accepted(two.url, tokens[0], "lostfo", {"generation": 0, "state": "running"})
         waiting = {"generation": 0, "state": "waiting"}
         accepted(two.url, token(bed, replacement), "lostfo", waiting)
@@ -256,7 +256,7 @@ def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_t
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "mixed", failurePolicy={"maxRestarts": 3, "restartMode": "InPlace"})
     failed = {"generation": 0, "state": "failed", "exitCode": 1}
-    with leader(cluster, bed, "replica-f") as one:
+    with leader(cluster, bed, "inplace-f") as one:
         old, old_tokens = running_pair(cluster, bed, one.url, "mixed")
         assert post_state(one.url, old_tokens[1], "mixed", failed)[0] == 200
         wait_until(lambda: status(cluster, ns, "mixed").get("inPlaceGeneration") == 1, 20)
@@ -269,7 +269,7 @@ def test_restarts_count_once_across_in_place_a_recreate_and_a_failover_between_t
         st = wait_until(lambda: (s := status(cluster, ns, "mixed")).get("restarts") == 2 and s, 60)
         assert (st["inPlaceRestarts"], st.get("inPlaceGeneration", 0)) == (1, 0), st
     old_uids = frozenset(p["metadata"]["uid"] for p in old)
-    with leader(cluster, bed, "replica-g") as two:
+    with leader(cluster, bed, "inplace-g") as two:
         final_or_refused(two.url, old_tokens[0], "mixed", {**failed, "generation": 1})
         new = [worker_pod(cluster, ns, "mixed", rank, not_uids=old_uids) for rank in (0, 1)]
         owner = lambda pod: pod["metadata"]["ownerReferences"][0]["uid"]  # noqa: E731
@@ -296,7 +296,7 @@ def test_a_rank_that_succeeded_is_told_final_only_once_every_rank_did(cluster: C
     endpoint says it once every rank told `succeeded` in the current generation, not before."""
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "fin", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
-    with leader(cluster, bed, "replica-h") as one:
+    with leader(cluster, bed, "inplace-h") as one:
         _, tokens = running_pair(cluster, bed, one.url, "fin")
         succeeded = {"generation": 0, "state": "succeeded", "exitCode": 0}
         answered(one.url, tokens[0], "fin", succeeded, {"generation": 0, "final": False, "soon": False})
@@ -314,10 +314,10 @@ def test_a_pod_that_ran_the_generation_saying_waiting_again_restarts_nothing(
     new rendezvous is named and nothing is counted; the word stays generation 0."""
     ns = bed.namespace
     make_job(cluster, ns, bed.queue, "forge", failurePolicy={"maxRestarts": 1, "restartMode": "InPlace"})
-    with leader(cluster, bed, "replica-i") as one:
+    with leader(cluster, bed, "inplace-i") as one:
         _, tokens = running_pair(cluster, bed, one.url, "forge", as_real_pods=True)
     assert status(cluster, ns, "forge").get("inPlaceRunningTime"), status(cluster, ns, "forge")
-    with leader(cluster, bed, "replica-j") as two:
+    with leader(cluster, bed, "inplace-j") as two:
         accepted(two.url, tokens[0], "forge", {"generation": 0, "state": "running"})
         waiting = {"generation": 0, "state": "waiting"}
         answered(two.url, tokens[1], "forge", waiting, {"generation": 0, "final": False, "soon": False})

@@ -53,7 +53,9 @@ class Bed(NamedTuple):
 @pytest.fixture(scope="module")
 def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """A namespace, a queue whose kwok workers run until stopped, and two controller replicas
-    (replica-a leads: it is started first and holds the Lease before replica-b starts)."""
+    (progress-a leads: it is started first and holds the Lease before progress-b starts). Names of
+    their own: the audit log is shared by every module a worker runs, and a `replica-b` of another
+    module that led there once failed the standby's check here."""
     ns = f"t-{uuid.uuid4().hex[:8]}"
     queue = f"q-{uuid.uuid4().hex[:6]}"
     cluster.create_namespace(ns)
@@ -62,10 +64,10 @@ def bed(cluster: Cluster, crds: Path, tmp_path_factory: pytest.TempPathFactory) 
     )
     logs = tmp_path_factory.mktemp("progress")
     with contextlib.ExitStack() as stack:
-        leader = stack.enter_context(replica(cluster, ns, logs, "replica-a", PERIOD))
-        wait_to_lead(cluster, ns, "replica-a")
-        standby = stack.enter_context(replica(cluster, ns, logs, "replica-b", PERIOD))
-        wait_until(lambda: answers(standby.url), 30, message="replica-b to serve its endpoint")
+        leader = stack.enter_context(replica(cluster, ns, logs, "progress-a", PERIOD))
+        wait_to_lead(cluster, ns, "progress-a")
+        standby = stack.enter_context(replica(cluster, ns, logs, "progress-b", PERIOD))
+        wait_until(lambda: answers(standby.url), 30, message="progress-b to serve its endpoint")
         yield Bed(ns, queue, leader, standby, RESTClient(load_config(str(cluster.kubeconfig))))
     cluster.kubectl("delete", "torchrunqueue", queue, "--wait=false")
     cluster.delete_namespace(ns)
