@@ -44,19 +44,17 @@ lint-imports .importlinter
   || log "real node not built: test/e2e/test_realnode.py fails and says why"
 
 log "pytest"
-# pytest-xdist workers, each with a control plane of its own; the real-node tests run on one of
-# them, one after another (test/conftest.py's groups). TORCHRUN_TEST_REAL_NODES=2 splits them over
-# two real nodes beside each other, on two workers: with TORCHRUN_TEST_WORKERS=3, pytest took
-# 19 min 28 s and 19 min 21 s where two workers and one node take ~30 min, but in 2 of 4 full runs
-# with two nodes (at two workers and at three) the load made test_progress.py's leader lose its
-# Lease, so one node and two workers stay the default. TORCHRUN_TEST_WORKERS=0 runs the tests in
-# this process alone.
-workers="${TORCHRUN_TEST_WORKERS:-2}"
+# pytest-xdist workers, each with a control plane of its own: three by default. The real-node tests
+# run on two real nodes beside each other, realnode-0 and realnode-1 (test/conftest.py's groups: a
+# worker each, one test after another), and start first: their chains are the longest.
+# TORCHRUN_TEST_REAL_NODES=1 runs them all on realnode-0; TORCHRUN_TEST_WORKERS=N another count of
+# workers, 0 the tests in this process alone.
+workers="${TORCHRUN_TEST_WORKERS:-3}"
 parallel=()
-# with two real nodes, groups start in the order of their first test, which test/conftest.py makes
-# the real nodes' (else xdist starts the groups with the most tests first, whatever their length)
+# groups start in the order of their first test, which test/conftest.py makes the real nodes'
+# (else xdist starts the groups with the most tests first, whatever their length)
 order=()
-[ "${TORCHRUN_TEST_REAL_NODES:-1}" = 2 ] && order=(--no-loadscope-reorder)
+[ "${TORCHRUN_TEST_REAL_NODES:-2}" = 2 ] && order=(--no-loadscope-reorder)
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup "${order[@]}")
 set +e
 # -rs prints every skip's reason; a skip not in test/expected_skips.txt fails the run (test/conftest.py)

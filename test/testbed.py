@@ -60,10 +60,9 @@ def _in_process(kubeconfig: Path) -> KubeGet:
         return _KUBEGET[key]
 
 
-# TORCHRUN_TEST_REAL_NODES=2 runs the real-node tests on two real nodes beside each other; by
-# default every one runs on realnode-0 (two at once loaded the 2 cores enough that a leader lost
-# its Lease in test_progress.py in 2 of 4 full runs)
-TWO_REAL_NODES = os.environ.get("TORCHRUN_TEST_REAL_NODES", "1") == "2"
+# the real-node tests run on two real nodes beside each other (realnode-0, realnode-1) unless
+# TORCHRUN_TEST_REAL_NODES=1 puts them all on realnode-0
+TWO_REAL_NODES = os.environ.get("TORCHRUN_TEST_REAL_NODES", "2") == "2"
 
 
 def real_node_index(item: Any) -> int:
