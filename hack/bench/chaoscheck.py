@@ -49,19 +49,22 @@ class Snapshot:
     failed: str  # the Failed condition's status
     restarts: int
     completion_time: str
+    failed_why: str = ""  # the Failed condition's `reason: message`, what a violation quotes
 
     @classmethod
     def of(cls, job: dict[str, Any]) -> Snapshot:
         status = job.get("status") or {}
         conds = {c.get("type"): c for c in status.get("conditions") or []}
         done = conds.get("Succeeded") or {}
+        failed = conds.get("Failed") or {}
         return cls(
             phase=str(status.get("phase") or ""),
             succeeded=str(done.get("status") or ""),
             succeeded_since=str(done.get("lastTransitionTime") or ""),
-            failed=str((conds.get("Failed") or {}).get("status") or ""),
+            failed=str(failed.get("status") or ""),
             restarts=int(status.get("restarts") or 0),
             completion_time=str(status.get("completionTime") or ""),
+            failed_why=f"{failed.get('reason') or ''}: {failed.get('message') or ''}" if failed else "",
         )
 
     @property
@@ -227,8 +230,9 @@ def check_history(history: dict[str, list[Snapshot]], names: set[str], verdict: 
     """From what the watch saw: no Failed, no restart counted, nothing after Succeeded went back."""
     for job in sorted(names):
         seen = history.get(job, [])
-        if any(s.failed == "True" or s.phase == "Failed" for s in seen):
-            verdict.add("failed", f"{job}: seen Failed")
+        failed = next((s for s in seen if s.failed == "True" or s.phase == "Failed"), None)
+        if failed is not None:
+            verdict.add("failed", f"{job}: seen Failed ({failed.failed_why or 'no Failed condition'})")
         counted = sorted({s.restarts for s in seen if s.restarts})
         if counted:
             verdict.add("restarts", f"{job}: status.restarts seen {counted}")
@@ -266,7 +270,8 @@ def check_final(
             continue
         snap = Snapshot.of(by_name[job])
         if not snap.done:
-            verdict.add("stuck", f"{job}: phase {snap.phase!r} at the end")
+            why = f" ({snap.failed_why})" if snap.failed_why else ""
+            verdict.add("stuck", f"{job}: phase {snap.phase!r} at the end{why}")
         if snap.restarts:
             verdict.add("restarts", f"{job}: status.restarts {snap.restarts} at the end")
         if owned[(job, "Job")] == 0:

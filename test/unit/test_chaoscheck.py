@@ -141,3 +141,18 @@ def test_an_index_that_never_ran_is_seen_not_a_violation(cc: ModuleType) -> None
     assert verdict.total == 0
     assert verdict.seen[cc.UNRUN] == 1
     assert not verdict.seen[cc.RERUNS]
+
+
+def test_a_failed_job_is_quoted_with_its_failed_condition(cc: ModuleType) -> None:
+    """A job seen Failed, and Failed at the end, names the reason and message that failed it: the
+    run's namespace is gone by the time anyone reads the verdict."""
+    run = clean_run(cc)
+    failed = job("j0", "Failed")
+    failed["status"]["conditions"].append(
+        {"type": "Failed", "status": "True", "reason": "WorkersFailed", "message": "node rank 1 exited 1"}
+    )
+    run["history"] = {"j0": [cc.Snapshot.of(job("j0", "Running")), cc.Snapshot.of(failed)]}
+    run["final_jobs"] = [failed]
+    verdict = cc.judge(**run)
+    assert "failed: j0: seen Failed (WorkersFailed: node rank 1 exited 1)" in verdict.details, verdict.details
+    assert "stuck: j0: phase 'Failed' at the end (WorkersFailed: node rank 1 exited 1)" in verdict.details
