@@ -3,8 +3,8 @@
 `real_node(name, index)` starts a control plane with the real node `realnode-<index>`
 (hack/testbed/realnode.sh, `TORCHRUN_REAL_NODE=1`, one fake node beside it), installs the CRDs,
 and on exit runs `down`, which must leave nothing of that node on the host (`leftovers`). Two
-nodes of different indexes may run at once (the suite runs `realnode-0` and `realnode-1` on two
-pytest workers, test/conftest.py, unless TORCHRUN_TEST_REAL_NODES=1): each has its own bridge,
+nodes of different indexes may run at once (with TORCHRUN_TEST_REAL_NODES=2 the suite runs
+`realnode-0` and `realnode-1` on two pytest workers, test/conftest.py): each has its own bridge,
 subnet, cgroup root, containerd root and nftables guard; only node 0 runs kube-proxy (its tables
 have host-wide names), so only its pods reach ClusterIPs. What is host-wide (sysctls, fixed
 directories, /run/netns) is recorded by the first node up in `HOST_RECORD` and put back by the

@@ -3,8 +3,8 @@
 Each test runs on a real node with a control plane of its own (test/e2e/realnodes.py,
 `TORCHRUN_REAL_NODE=1`: containerd, runc, bridge CNI, a kubelet, CoreDNS), so the session's
 control plane and its tests never see it: `realnode-1` for a test marked
-`@pytest.mark.real_node(1)` (unless TORCHRUN_TEST_REAL_NODES=1), else `realnode-0`, the two nodes'
-tests on two workers beside each other (test/conftest.py); a node comes up for its first test and
+`@pytest.mark.real_node(1)` with TORCHRUN_TEST_REAL_NODES=2, else `realnode-0`, the two nodes'
+tests then on two workers beside each other (test/conftest.py); a node comes up for its first test and
 goes down when the module ends. A queue
 pinned to the node runs `test/e2e/realnode/train.py` in Debian's torch image: the plugin uploads
 the project through `kubectl exec` into the real sync pod, which extracts it into the real PVC; the

@@ -334,20 +334,33 @@ SPARE_PROBE = r"""
 import os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
 import torchrun_supervisor as s
+quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
 nested = f"import subprocess, time; subprocess.Popen({sleeper!r}); time.sleep(60)"
-spared = subprocess.Popen([sys.executable, "-c", nested])
-other = subprocess.Popen(sleeper)
-time.sleep(1.0)  # the spared one has started what runs under it
+spared = subprocess.Popen([sys.executable, "-c", nested], **quiet)
+other = subprocess.Popen(sleeper, **quiet)
 
-def stat(pid):
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()
+def stat(pid):  # None once the process is gone (any process of the machine may exit meanwhile)
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
 
-under = [int(p) for p in os.listdir("/proc") if p.isdigit() and stat(p)[1] == str(spared.pid)]
-s.kill_descendants(spared.pid)
-alive = lambda pid: os.path.exists(f"/proc/{pid}") and stat(pid)[0] != "Z"
-print(alive(spared.pid), alive(other.pid), len(under), any(alive(pid) for pid in under))
-spared.kill()
+def under():
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    return [int(p) for p in pids if (stat(p) or ["", ""])[1] == str(spared.pid)]
+
+try:
+    deadline = time.monotonic() + 30
+    while not under() and time.monotonic() < deadline:  # the spared one starts what runs under it
+        time.sleep(0.05)
+    found = under()
+    s.kill_descendants(spared.pid)
+    alive = lambda pid: (stat(pid) or ["Z"])[0] != "Z"
+    print(alive(spared.pid), alive(other.pid), len(found), any(alive(pid) for pid in found))
+finally:
+    for proc in (spared, other):
+        proc.kill()
 """
 
 
