@@ -8,7 +8,8 @@ Every run also gets two plugins: the skip policy (an unexpected skip fails the s
 the summary notes (`record_property("note", text)` is printed at the end, and so is every stand-in
 a test ran against, with the test: see test/summary_notes.py). A test whose namespace had pods or
 claims the test bed's node agent served (it plays the kubelet and the storage driver on kwok's
-nodes) is listed under that stand-in by `namespace` itself.
+nodes) is listed under that stand-in by `namespace` itself. A failing test's report ends with the
+tails of the controller programs' logs running at that moment (`pytest_runtest_makereport`).
 Unit tests never touch these fixtures, so `pytest test/unit` needs no control plane.
 
 The tiers are marked here, by directory, so no module can forget its marker: everything in
