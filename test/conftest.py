@@ -86,9 +86,9 @@ LOG_TAIL_LINES = 80
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
-    """A failing test's report ends with the last LOG_TAIL_LINES of every controller program
-    running when it failed (testbed.live_logs): their temporary directories are gone by the time
-    anyone reads the report."""
+    """A failing test's report ends with the last LOG_TAIL_LINES of every program's log the test
+    bed shows on failure (testbed.live_logs: controller programs, the real Kueue) that was
+    running when it failed: their temporary directories are gone by the time anyone reads it."""
     outcome = yield
     report = outcome.get_result()
     if not report.failed:

@@ -1,7 +1,7 @@
 """Kueue's API as the controller speaks it: which Workload version to read, Kueue's labels and
 annotations.
 
-Kueue 0.14 serves `kueue.x-k8s.io/v1beta1` alone; current releases (0.17, the test bed's) serve
+Kueue 0.14 serves `kueue.x-k8s.io/v1beta1` alone; current releases (0.17 and 0.18, the test bed's) serve
 `v1beta1` and `v1beta2`, which they store. Kueue's CRDs leave conversion between the two to Kueue's
 webhook, so a cluster that runs Kueue without it (or whose webhook is down) answers a `v1beta1`
 read of a `v1beta2` object with the stored body relabelled. So the controller never reads an

@@ -24,8 +24,10 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ import yaml
 from customresources import api_served, crd_names, crds_of_groups, release_instances, remove_crds, served
 from jobs import condition, make_job, queue_manifest, rest_requests
 from summary_notes import KUEUE, STAND_IN
-from testbed import REPO, Cluster, cache_dir, pins, wait_until
+from testbed import REPO, Cluster, cache_dir, pins, shown_on_failure, wait_until
 
 from controller.api import TorchrunJob, TorchrunQueue, resolve_topology
 from controller.api.kueue import workloads_served
@@ -1005,7 +1007,8 @@ class RealKueue:
 
 @pytest.fixture
 def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
-    """The Kueue controller manager built from its module, with a ClusterQueue of 4 x 8 GPUs."""
+    """The Kueue controller manager built from its module, with a ClusterQueue of 4 x 8 GPUs; a
+    test failing meanwhile shows the tail of Kueue's log."""
     binary = kueue_binary()
     if not binary.exists():
         pytest.skip(f"the real Kueue is not built: run hack/testbed/build-kueue.sh (expects {binary})")
@@ -1014,14 +1017,14 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
     openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
     keys = ["-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")]
     subprocess.run([*openssl, "-subj", "/CN=kueue-webhook", *keys], check=True, capture_output=True)
-    webhook_port = free_port()
+    webhook_port, health_port = free_port(), free_port()
     # a namespace of its own each time: the last one may still be terminating, its Secret gone
     system = f"kueue-system-{uuid.uuid4().hex[:6]}"
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
         "namespace": system,
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
         "leaderElection": {"leaderElect": False},
@@ -1036,14 +1039,23 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
     # the Secret Kueue's cert rotator fills (Kueue's manifests ship it empty)
     cluster.kubectl("create", "secret", "generic", "kueue-webhook-server-cert", "-n", system)
     log = (tmp_path / "kueue.log").open("w")
-    # no aggregated API server on a fixed port; elastic jobs as workload slices (alpha in 0.17)
+    # no aggregated API server on a fixed port; elastic jobs as workload slices (beta and on by
+    # default since 0.18; said anyway, for the older Kueue hack/bench/kueue_compat.py runs)
     gates = "--feature-gates=VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true"
     args = [str(binary), "--config", str(tmp_path / "config.yaml"), gates, "--zap-log-level=2"]
     proc = subprocess.Popen(args, env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)
-    flavor = f"flavor-{uuid.uuid4().hex[:6]}"
-    cluster.apply({"apiVersion": kueue_api(cluster), "kind": "ResourceFlavor", "metadata": {"name": flavor}})
     try:
-        yield RealKueue(flavor, cluster_queue(cluster, flavor, gpus=32))
+        with shown_on_failure(tmp_path / "kueue.log"):
+            kueue_ready(proc, health_port)
+            flavor = f"flavor-{uuid.uuid4().hex[:6]}"
+            resource_flavor = {
+                "apiVersion": kueue_api(cluster),
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+            }
+            cluster.apply(resource_flavor)
+            yield RealKueue(flavor, cluster_queue(cluster, flavor, gpus=32))
+            assert proc.poll() is None, f"Kueue exited during the test (exit code {proc.returncode})"
     finally:
         proc.terminate()
         try:
@@ -1056,6 +1068,62 @@ def real_kueue(cluster: Cluster, tmp_path: Path) -> Iterator[RealKueue]:
         cluster.kubectl("delete", "namespace", system, "--wait=false", check=False)
 
 
+def kueue_state(cluster: Cluster, ns: str, job: str) -> str:
+    """What a Kueue test's wait was waiting on, a line each, for its failure's message: the
+    worker Job (suspended, parallelism, active/ready), its pods (phase, node, gates), every
+    Workload (pod count, conditions) and the TorchrunJob's phase and conditions."""
+    lines = []
+    worker = get_or_none(cluster, "job", job, "-n", ns)
+    if worker is not None:
+        spec, status = worker["spec"], worker.get("status") or {}
+        said = {k: status.get(k) for k in ("active", "ready", "failed", "succeeded")}
+        lines.append(f"Job {job}: suspend={spec.get('suspend')} parallelism={spec.get('parallelism')} {said}")
+    for pod in worker_pods(cluster, ns, job):
+        gates = [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+        node, phase = pod["spec"].get("nodeName"), (pod.get("status") or {}).get("phase")
+        lines.append(f"pod {pod['metadata']['name']}: {phase} on {node} gates={gates}")
+    for w in cluster.get("workloads", "-n", ns)["items"]:
+        said = [
+            f"{c['type']}={c['status']}({c.get('reason')})"
+            for c in (w.get("status") or {}).get("conditions", [])
+        ]
+        lines.append(f"Workload {w['metadata']['name']}: count={w['spec']['podSets'][0]['count']} {said}")
+    ours = get_or_none(cluster, "torchrunjob", job, "-n", ns)
+    if ours is not None:
+        status = ours.get("status") or {}
+        said = [
+            f"{c['type']}={c['status']}({c.get('reason')}: {c.get('message')})"
+            for c in status.get("conditions", [])
+        ]
+        lines.append(f"TorchrunJob {job}: {status.get('phase')} {said}")
+    return "\n".join(lines)
+
+
+@contextmanager
+def explained_by_kueue_state(cluster: Cluster, ns: str, job: str) -> Iterator[None]:
+    """A wait inside that fails says, after its own message, `kueue_state` at that moment."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{kueue_state(cluster, ns, job)}") from exc
+
+
+def kueue_ready(proc: subprocess.Popen[bytes], health_port: int, timeout: float = 120.0) -> None:
+    """Return once Kueue's /readyz answers 200 (its certificates are made and put into its hooks,
+    its webhook server listens): a test's own waits then start with Kueue up, not starting. Fails,
+    saying so, if Kueue exits first or is not ready within `timeout` seconds."""
+
+    def ready() -> bool:
+        assert proc.poll() is None, f"Kueue exited while starting (exit code {proc.returncode})"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:  # not listening yet, or 500 while its certificates are not ready
+            return False
+
+    wait_until(ready, timeout, 0.5, message="Kueue's /readyz")
+
+
 KUEUE_CONVERTED = ("localqueues", "clusterqueues", "workloads", "cohorts", "multikueueclusters")
 KUEUE_HOOKS = ("validating", "mutating")
 
@@ -1063,9 +1131,10 @@ KUEUE_HOOKS = ("validating", "mutating")
 def hooks_for_kueue_to_fill(cluster: Cluster, port: int) -> None:
     """What Kueue's start waits to put its CA into (since 0.15 it starts nothing before): its two
     webhook configurations, here with no webhook in them (the test bed registers none, as before),
-    and a conversion webhook on the CRDs it converts. The conversion is never called: every
-    client here reads the version Kueue stores (`v1beta2`), and the API server could not verify
-    Kueue's certificate (issued to its Service's DNS name) at this address anyway."""
+    and a conversion webhook on the CRDs it converts. The API server does call that webhook, and
+    every call fails (Kueue's log is full of failed TLS handshakes: its certificate names its
+    Service's DNS name, not this address); which request needs a conversion was not found. What
+    the tests and the controller read is the version Kueue stores (`v1beta2`), which needs none."""
     for kind in KUEUE_HOOKS:
         cluster.apply(
             {
@@ -1398,7 +1467,10 @@ class TestRealKueue:
             pods = [p for p in worker_pods(cluster, namespace, "grow") if p["spec"].get("nodeName")]
             return pods if len(pods) == n else None
 
-        wait_until(lambda: bound(2), 120, 0.5, message="the job grows to 2 nodes through an admitted slice")
+        with explained_by_kueue_state(cluster, namespace, "grow"):
+            wait_until(
+                lambda: bound(2), 120, 0.5, message="the job grows to 2 nodes through an admitted slice"
+            )
         worker = cluster.get("job", "grow", "-n", namespace)
         assert worker["metadata"]["uid"] == first_uid and worker["spec"]["parallelism"] >= 2
 
@@ -1414,7 +1486,8 @@ class TestRealKueue:
             said = (running.get("status"), running.get("reason")) == ("True", "GrowthWaitingForAdmission")
             return running if gated and said and "Kueue workload" in running.get("message", "") else None
 
-        running = wait_until(held, 90, 0.5, message="Kueue holds the growth to 3 nodes")
+        with explained_by_kueue_state(cluster, namespace, "grow"):
+            running = wait_until(held, 90, 0.5, message="Kueue holds the growth to 3 nodes")
         assert "insufficient" in running["message"].lower(), running
         # the slices not Finished (the 1-node one is: the 2-node one replaced it): the 2-node one
         # admitted, the 3-node one pending for quota — and the TorchrunJob quotes that one
@@ -1434,7 +1507,10 @@ class TestRealKueue:
         # the platform raises the quota to 24 GPUs: Kueue admits the held slice, the third pod is
         # ungated and runs, in the same worker Job, and the job is whole at 3 nodes
         cluster_queue(cluster, real_kueue.flavor, gpus=24, name=cq)
-        wait_until(lambda: bound(3), 90, 0.5, message="Kueue admits the growth to 3 once the quota allows")
+        with explained_by_kueue_state(cluster, namespace, "grow"):
+            wait_until(
+                lambda: bound(3), 90, 0.5, message="Kueue admits the growth to 3 once the quota allows"
+            )
         whole = job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="grow")
         assert whole["status"]["workers"]["ready"] == 3
         assert cluster.get("job", "grow", "-n", namespace)["metadata"]["uid"] == first_uid
