@@ -1111,10 +1111,11 @@ def explained_by_kueue_state(cluster: Cluster, ns: str, job: str) -> Iterator[No
 def kueue_ready(proc: subprocess.Popen[bytes], health_port: int, timeout: float = 120.0) -> None:
     """Return once Kueue's /readyz answers 200 (its certificates are made and put into its hooks,
     its webhook server listens): a test's own waits then start with Kueue up, not starting. Fails,
-    saying so, if Kueue exits first or is not ready within `timeout` seconds."""
+    saying so, as soon as Kueue exits, or if it is not ready within `timeout` seconds."""
 
     def ready() -> bool:
-        assert proc.poll() is None, f"Kueue exited while starting (exit code {proc.returncode})"
+        if proc.poll() is not None:  # not an assert: wait_until would take that for "not yet"
+            pytest.fail(f"Kueue exited while starting (exit code {proc.returncode})")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2) as answer:
                 return bool(answer.status == 200)
