@@ -7,8 +7,9 @@ reason}` (1 per condition, as kube-state-metrics shows a pod's), `torchrun_job_r
 failurePolicy.maxRestarts within --restart-limit), `torchrun_job_eta_timestamp_seconds`
 (status.progress.eta), `torchrun_job_workspace_bytes` (status.workspaceBytes) and
 `torchrun_job_checkpoint_timestamp_seconds` (when the newest complete checkpoint known was saved).
-All read from the informer cache at scrape time — always current, and no bookkeeping on the
-reconcile path."""
+All read from the informer cache at scrape time — as current as the cache (a status the
+controller just wrote counts once its watch event arrives), and no bookkeeping on the reconcile
+path."""
 
 from __future__ import annotations
 

@@ -124,8 +124,15 @@ def test_two_node_job_runs_to_success(
     )
     assert {"AllWorkersRunning", "Succeeded"} <= set(reasons)
     assert "Admitted" not in reasons  # admitted on first sight: the condition says it, no Event
-    scraped = generate_latest(app.metrics.registry).decode()
-    assert f'torchrun_jobs{{phase="Succeeded",queue="{queue}"}} 1.0' in scraped
+    # the gauge counts the controller's cache, which gets the Succeeded status one watch event
+    # after the API server has it (what the test read above): it follows within that event
+    succeeded = f'torchrun_jobs{{phase="Succeeded",queue="{queue}"}} 1.0'
+
+    def scrape() -> str | None:
+        text = generate_latest(app.metrics.registry).decode()
+        return text if succeeded in text else None
+
+    scraped = wait_until(scrape, 10, message=succeeded)
     assert "torchrun_job_submit_to_running_seconds_count 1.0" in scraped
 
 
