@@ -452,8 +452,10 @@ def reap() -> None:
             return
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _live_children() -> dict[int, list[int]]:
+    """Every live process's children, from one read of /proc. A zombie is left out: it is dead
+    already (only its exit status waits for its parent), and its children were handed on."""
+    children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -463,20 +465,22 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.append(int(entry))
-    return found
+        if len(fields) > 1 and fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
 
 
 def kill_descendants(spared: int | None = None) -> None:
     """SIGKILL every process under the supervisor but `spared` (the standby; whatever runs under
     it is killed too: a standby has nothing under it, unless a program ordered it to run
-    something), until none is left (bounded: 5 s)."""
+    something), until none is left alive (bounded: 5 s). A killed process that its own parent
+    has not waited for yet (a zombie under the standby) is dead, and ends the wait."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
+        children = _live_children()
         pending, seen = [os.getpid()], []
         while pending:
-            for child in _children(pending.pop()):
+            for child in children.get(pending.pop(), []):
                 pending.append(child)
                 if child != spared:
                     seen.append(child)
