@@ -262,7 +262,9 @@ start_containerd() {
 }
 
 realnode_images() {  # the pause, controller and training images, imported unless already there;
-  # older builds of ours are removed (each controller change is a new image of ~500 MB)
+  # older builds of ours are removed (each controller change is a new image of ~500 MB), with the
+  # reference by image ID (`sha256:<config digest>`) that the CRI adds to each: left, it kept every
+  # older build's layers (20 GB in 2 days of runs)
   if ! ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep -qxF "$PAUSE_IMAGE"; then
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$PAUSE_ARCHIVE" >/dev/null
   fi
@@ -272,8 +274,15 @@ realnode_images() {  # the pause, controller and training images, imported unles
   while IFS= read -r line; do
     case $line in CONTROLLER_IMAGE=* | TRAIN_IMAGE=*) export "${line?}" ;; esac
   done <<<"$out"
-  for name in $(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls -q | grep '^localhost/torchrun-' \
-      | grep -vxF -e "$PAUSE_IMAGE" -e "$CONTROLLER_IMAGE" -e "$TRAIN_IMAGE"); do
+  local listed kept
+  listed=$(ctr -a "$CONTAINERD_SOCK" -n k8s.io images ls | awk 'NR > 1 {print $1, $3}')
+  kept=$(awk -v a="$PAUSE_IMAGE" -v b="$CONTROLLER_IMAGE" -v c="$TRAIN_IMAGE" \
+    '$1 == a || $1 == b || $1 == c {print $2}' <<<"$listed")
+  # a name of ours that is not current, and an ID reference to no current image's manifest
+  for name in $(awk -v kept="$kept" -v a="$PAUSE_IMAGE" -v b="$CONTROLLER_IMAGE" -v c="$TRAIN_IMAGE" '
+      BEGIN { n = split(kept, k, "\n"); for (i = 1; i <= n; i++) keep[k[i]] = 1 }
+      $1 ~ /^localhost\/torchrun-/ && $1 != a && $1 != b && $1 != c { print $1 }
+      $1 ~ /^sha256:/ && !($2 in keep) { print $1 }' <<<"$listed"); do
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images rm --sync "$name" >/dev/null
   done
   printf 'PAUSE_IMAGE=%s\nCONTROLLER_IMAGE=%s\nTRAIN_IMAGE=%s\n' "$PAUSE_IMAGE" "$CONTROLLER_IMAGE" \
