@@ -452,9 +452,10 @@ def reap() -> None:
             return
 
 
-def _live_children() -> dict[int, list[int]]:
-    """Every live process's children, from one read of /proc. A zombie is left out: it is dead
-    already (only its exit status waits for its parent), and its children were handed on."""
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, from one read of /proc. A zombie stays in: its threads may still
+    be tearing down (a thread group's leader shows `Z` while the others exit) and hold what the
+    next torchrun needs, such as its store's port; reaped, it is gone."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -465,7 +466,7 @@ def _live_children() -> dict[int, list[int]]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[0] not in ("Z", "X"):
+        if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry))
     return children
 
@@ -473,11 +474,10 @@ def _live_children() -> dict[int, list[int]]:
 def kill_descendants(spared: int | None = None) -> None:
     """SIGKILL every process under the supervisor but `spared` (the standby; whatever runs under
     it is killed too: a standby has nothing under it, unless a program ordered it to run
-    something), until none is left alive (bounded: 5 s). A killed process that its own parent
-    has not waited for yet (a zombie under the standby) is dead, and ends the wait."""
+    something), until none is left (bounded: 5 s)."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        children = _live_children()
+        children = _children_by_parent()
         pending, seen = [os.getpid()], []
         while pending:
             for child in children.get(pending.pop(), []):
