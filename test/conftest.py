@@ -32,7 +32,15 @@ import pytest
 import skip_policy
 import summary_notes
 from summary_notes import KUBELET, STAND_IN, stand_in
-from testbed import CONTROLPLANE, Cluster, cache_dir, kubectl_binary, live_logs, real_node_index
+from testbed import (
+    CONTROLPLANE,
+    Cluster,
+    cache_dir,
+    kubectl_binary,
+    live_logs,
+    real_node_index,
+    shown_on_failure,
+)
 
 from controller.metrics.registry import ControllerMetrics
 from controller.rest import RESTClient, load_config
@@ -116,7 +124,10 @@ def cluster() -> Iterator[Cluster]:
     kubectl = kubectl_binary()
     try:
         subprocess.run([str(CONTROLPLANE), "up"], env=env, check=True, timeout=1800)
-        yield Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)
+        # the node agent plays the kubelet and the storage driver: a test that waited on a pod or
+        # a claim shows what it did last
+        with shown_on_failure(run_dir / "logs" / "node-agent.log"):
+            yield Cluster(run_dir=run_dir, kubeconfig=run_dir / "admin.kubeconfig", kubectl_path=kubectl)
     finally:
         subprocess.run([str(CONTROLPLANE), "down"], env=env, check=False, timeout=120)
         shutil.rmtree(run_dir, ignore_errors=True)

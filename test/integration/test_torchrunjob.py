@@ -58,6 +58,13 @@ def test_two_node_job_runs_to_success(
     it is checked, not a window a poll can miss."""
     queue = make_queue(cluster, outcome="run")
     app = start_controller()
+    # the job comes once its queue is Ready: else it is rightly held back first (QueueNotReady),
+    # which a loaded machine made happen once, and the Admitted Event below follows
+    wait_until(
+        lambda: (condition(cluster.get("torchrunqueue", queue), "Ready") or {}).get("status") == "True",
+        30,
+        message="the queue Ready",
+    )
     make_job(cluster, namespace, queue)
     running = wait_until(lambda: phase_is(cluster, namespace, "Running"), 60, message="Running")
     assert condition(running, "Admitted")["status"] == "True"
