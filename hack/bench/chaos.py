@@ -68,7 +68,7 @@ from controllers import torchrun_controller_command
 
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.rest import ApiError, RESTClient
-from controller.rest.resources import JOBS, LEASES, NAMESPACES, PVCS, SERVICES
+from controller.rest.resources import JOBS, LEASES, NAMESPACES, PODS, PVCS, SERVICES
 
 NODES = 2  # per job
 
@@ -399,6 +399,27 @@ def children_of(rest: RESTClient, ns: str) -> list[dict[str, Any]]:
     return [{**o, "kind": kind} for res, kind in kinds for o in rest.list(res, ns)["items"]]
 
 
+def pod_ends(rest: RESTClient, ns: str, jobs: list[str]) -> list[str]:
+    """How each worker pod of `jobs` stands at the end, one line each: its phase, whether it is
+    being deleted, its conditions and its container's end (what a failed index's pod says of why)."""
+    lines = []
+    for job in jobs:
+        for pod in rest.list(PODS, ns, label_selector=f"torchrun-job-name={job}")["items"]:
+            meta, status = pod["metadata"], pod.get("status") or {}
+            conds = [
+                f"{c['type']}={c['status']}({c.get('reason', '')})" for c in status.get("conditions") or []
+            ]
+            ends = [
+                f"{c['name']}: {term.get('reason')} {term.get('exitCode')}"
+                for c in status.get("containerStatuses") or []
+                if (term := (c.get("state") or {}).get("terminated"))
+            ]
+            deleting = f" deleting since {meta['deletionTimestamp']}" if meta.get("deletionTimestamp") else ""
+            state = f"{status.get('phase')}{deleting}, {' '.join(conds)}; {'; '.join(ends)}"
+            lines.append(f"{job}: pod {meta['name']} {state}")
+    return lines
+
+
 def run(
     kubeconfig: Path,
     ns: str,
@@ -435,6 +456,10 @@ def run(
         finished = time.time()
         final = rest.list(TORCHRUNJOBS, ns)["items"]
         children = children_of(rest, ns)
+        failed = sorted(
+            j["metadata"]["name"] for j in final if (j.get("status") or {}).get("phase") == "Failed"
+        )
+        ends = pod_ends(rest, ns, failed)
     finally:
         replicas.stop()
         recorder.stop()
@@ -458,6 +483,7 @@ def run(
         "details": verdict.details[:200],
         "seen": dict(verdict.seen),
         "notes": verdict.notes[:200],
+        "trails": (verdict.trails + ends)[:200],
         "failover_lease_s": [round(t, 2) for t, _ in overs],
         "failover_first_write_s": [round(t, 2) for t in firsts],
         "failover_p50_s": round(percentile(firsts, 50), 2) if firsts else None,
@@ -504,7 +530,8 @@ def result_table(result: dict[str, Any], kcm: tuple[int, int] | None) -> str:
         ["writes by a deposed leader (target 0)", result["deposed_writes"]],
         ["s until every job Succeeded / chaos done / wall", f"{done} / {result['chaos_s']} / {wall}"],
     ]  # fmt: skip
-    return "\n".join([table(["W4 chaos", "value"], rows), *result["details"][:30], *result["notes"][:10]])
+    lines = [*result["details"][:30], *result["notes"][:10], *result.get("trails", [])[:60]]
+    return "\n".join([table(["W4 chaos", "value"], rows), *lines])
 
 
 def _p50_max(values: list[float]) -> str:

@@ -81,6 +81,7 @@ class Verdict:
     details: list[str] = field(default_factory=list)
     seen: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    trails: list[str] = field(default_factory=list)  # what a failed job's worker pods went through
 
     def add(self, kind: str, detail: str) -> None:
         self.counts[kind] += 1
@@ -329,7 +330,28 @@ def judge(
     check_history(history, names, verdict)
     check_children(writes, names, nodes, verdict)
     check_leadership(writes, kills, verdict)
+    failed = {j for j in names if any(s.failed == "True" or s.phase == "Failed" for s in history.get(j, []))}
+    for job in sorted(failed):
+        verdict.trails.extend(worker_pod_trail(writes, job))
     return verdict
+
+
+def worker_pod_trail(writes: list[Event], job: str) -> list[str]:
+    """Every write to `job`'s worker pods by name, oldest first, one line each: when the server
+    received it, the verb, the resource, the answer and who sent it — who bound, patched the status
+    of, evicted or deleted each pod. A chaos run's pods never fail on their own, so a failed
+    job's index failed because of one of these writes. (A pod's create carries no name yet:
+    generateName.)"""
+    lines = []
+    for e in sorted(writes, key=received):
+        m = _WORKER_POD.match(_name(e))
+        if (e.get("objectRef") or {}).get("resource") != "pods" or not m or m.group("job") != job:
+            continue
+        at = str(e.get("requestReceivedTimestamp", ""))[11:23]
+        lines.append(
+            f"{job}: {at} {e.get('verb')} {_resource(e)} {_name(e)} {_code(e)} by {e.get('userAgent')}"
+        )
+    return lines
 
 
 def failovers(writes: list[Event], kills: list[tuple[float, str]]) -> list[tuple[float, float | None]]:

@@ -156,3 +156,25 @@ def test_a_failed_job_is_quoted_with_its_failed_condition(cc: ModuleType) -> Non
     verdict = cc.judge(**run)
     assert "failed: j0: seen Failed (WorkersFailed: node rank 1 exited 1)" in verdict.details, verdict.details
     assert "stuck: j0: phase 'Failed' at the end (WorkersFailed: node rank 1 exited 1)" in verdict.details
+
+
+def test_a_failed_job_comes_with_every_write_to_its_worker_pods(cc: ModuleType) -> None:
+    """What a failed index's pod went through: who patched its status and who deleted it, oldest
+    first; another job's pods and other resources are left out."""
+    run = clean_run(cc)
+    run["writes"] += [
+        ev("delete", "pods", "j0-0-abcde", 3.5, "kube-controller-manager/v1.34.4", 200),
+        ev("patch", "pods/status", "j0-0-abcde", 3.2, "kwok/v0.7.0", 200),
+        ev("patch", "pods/status", "j01-0-zzzzz", 3.3, "kwok/v0.7.0", 200),
+    ]
+    run["history"]["j0"].insert(1, cc.Snapshot.of(job("j0", "Failed")))
+    verdict = cc.judge(**run)
+    assert verdict.counts["failed"] == 1
+    assert verdict.trails == [
+        "j0: 10:00:02.400 create pods/binding j0-0-abcde 201 by kube-scheduler/v1.34.4",
+        "j0: 10:00:02.500 create pods/binding j0-1-fghij 201 by kube-scheduler/v1.34.4",
+        "j0: 10:00:03.000 delete pods j0-1-fghij 200 by kube-controller-manager/v1.34.4",
+        "j0: 10:00:03.200 patch pods/status j0-0-abcde 200 by kwok/v0.7.0",
+        "j0: 10:00:03.500 delete pods j0-0-abcde 200 by kube-controller-manager/v1.34.4",
+    ]
+    assert not cc.judge(**clean_run(cc)).trails  # a job that never failed has none
