@@ -66,6 +66,7 @@ from common import (
 )
 from controllers import torchrun_controller_command
 
+from controller.api.labels import JOB_LABEL
 from controller.api.resources import TORCHRUNJOBS, TORCHRUNQUEUES
 from controller.rest import ApiError, RESTClient
 from controller.rest.resources import JOBS, LEASES, NAMESPACES, PODS, PVCS, SERVICES
@@ -404,7 +405,7 @@ def pod_ends(rest: RESTClient, ns: str, jobs: list[str]) -> list[str]:
     being deleted, its conditions and its container's end (what a failed index's pod says of why)."""
     lines = []
     for job in jobs:
-        for pod in rest.list(PODS, ns, label_selector=f"torchrun-job-name={job}")["items"]:
+        for pod in rest.list(PODS, ns, label_selector=f"{JOB_LABEL}={job}")["items"]:
             meta, status = pod["metadata"], pod.get("status") or {}
             conds = [
                 f"{c['type']}={c['status']}({c.get('reason', '')})" for c in status.get("conditions") or []

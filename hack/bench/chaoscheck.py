@@ -71,6 +71,11 @@ class Snapshot:
     def done(self) -> bool:
         return self.phase == "Succeeded" and self.succeeded == "True"
 
+    @property
+    def failed_now(self) -> bool:
+        """Failed, by its condition or its phase."""
+        return self.failed == "True" or self.phase == "Failed"
+
 
 @dataclass
 class Verdict:
@@ -231,7 +236,7 @@ def check_history(history: dict[str, list[Snapshot]], names: set[str], verdict: 
     """From what the watch saw: no Failed, no restart counted, nothing after Succeeded went back."""
     for job in sorted(names):
         seen = history.get(job, [])
-        failed = next((s for s in seen if s.failed == "True" or s.phase == "Failed"), None)
+        failed = next((s for s in seen if s.failed_now), None)
         if failed is not None:
             verdict.add("failed", f"{job}: seen Failed ({failed.failed_why or 'no Failed condition'})")
         counted = sorted({s.restarts for s in seen if s.restarts})
@@ -330,8 +335,7 @@ def judge(
     check_history(history, names, verdict)
     check_children(writes, names, nodes, verdict)
     check_leadership(writes, kills, verdict)
-    failed = {j for j in names if any(s.failed == "True" or s.phase == "Failed" for s in history.get(j, []))}
-    for job in sorted(failed):
+    for job in sorted(j for j in names if any(s.failed_now for s in history.get(j, []))):
         verdict.trails.extend(worker_pod_trail(writes, job))
     return verdict
 
