@@ -120,6 +120,16 @@ class KubeGet:
                 raise AssertionError(f"kubectl get {' '.join(args)} failed: {e}") from e
         raise AssertionError("unreachable")
 
+    def kind(self, api_version: str, kind: str) -> Resource | None:
+        """The resource objects of `kind` in `api_version` are written to, as kubectl maps a
+        manifest's object (discovery's plural and scope at the manifest's own version), or None
+        when discovery has no such kind in that group."""
+        group, _, version = api_version.rpartition("/")
+        res = self.resource(f"{kind.lower()}.{group}" if group else kind.lower())
+        if res is None or res.kind != kind or res.group != group:
+            return None
+        return Resource(res.group, version, res.plural, res.kind, res.namespaced)
+
     def resource(self, name: str) -> Resource | None:
         """The resource kubectl would pick for `name`, or None when discovery has none."""
         for fresh in (False, True):

@@ -9,8 +9,10 @@
 #               libuv and to load onto `cpu:0`, see TORCH_PATCH) and python3-etcd (torchrun's etcd
 #               rendezvous backends), plus transformers and lightning from PyPI
 #               (hack/testbed/train-requirements.txt: exact versions, wheels only, no dependencies
-#               resolved here, so no PyPI torch and its GPU libraries), committed with buildah and
-#               exported the same way. Debian's own /usr/lib/python3.13/sitecustomize.py stays: the
+#               resolved here, so no PyPI torch and its GPU libraries) and compiled to bytecode by
+#               the image's own python (the workers run as a user who cannot write __pycache__:
+#               without it each of their processes compiled what it imported of those packages
+#               again), committed with buildah and exported the same way. Debian's own /usr/lib/python3.13/sitecustomize.py stays: the
 #               image has a sitecustomize of its own, as real images do.
 # Inside containerd each image has exactly its buildah name, `localhost/<name>:<tag>`: a docker
 # archive records it in manifest.json's RepoTags and ctr imports it as written ("localhost" is a
@@ -153,6 +155,7 @@ train_rootfs() {  # train_rootfs TAR WHEELS: the root filesystem of the training
 '"$TORCH_PATCH"'
 PY' \
     --customize-hook="mkdir -p \"\$1$site\"" --customize-hook="copy-in $2/. $site" \
+    --customize-hook="chroot \"\$1\" python3 -m compileall -q -j0 $site >&2" \
     --customize-hook='chroot "$1" sh -c "command -v torchrun && command -v python" >/dev/null' \
     --customize-hook='chroot "$1" python3 -c "import torch.distributed as d; assert d.is_gloo_available(); d.TCPStore(\"127.0.0.1\", 0, is_master=True)"' \
     --customize-hook='chroot "$1" python3 -c "import transformers, lightning, pytorch_lightning"' \

@@ -4,8 +4,10 @@ fails loudly, naming what is left, when pods still hold nodes after its timeout.
 from __future__ import annotations
 
 import json
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from testbed import Cluster, manifest_text
@@ -17,18 +19,35 @@ STUCK_POD = {
 }
 
 
-def fake_kubectl(tmp_path: Path, pods: list[dict[str, object]]) -> Path:
-    """A kubectl that deletes nothing and always lists `pods`."""
-    path = tmp_path / "kubectl"
-    listing = json.dumps({"items": pods})
-    path.write_text(f"#!{sys.executable}\nimport sys\nif 'get' in sys.argv: print({listing!r})\n")
-    path.chmod(0o755)
-    return path
+class FakeClient:
+    """A client of an API server that deletes nothing and always lists `pods`."""
+
+    def __init__(self, pods: list[dict[str, object]]) -> None:
+        self.pods = pods
+
+    def delete(self, *args: object, **kwargs: object) -> dict[str, object]:
+        return {}
+
+    def list(self, *args: object, **kwargs: object) -> dict[str, object]:
+        return {"items": self.pods}
+
+    def request(self, *args: object, **kwargs: object) -> dict[str, object]:
+        return {}
+
+
+@dataclass
+class StuckCluster(Cluster):
+    """A Cluster whose in-process client is a `FakeClient` listing `pods`."""
+
+    pods: list[dict[str, object]] = field(default_factory=list)
+
+    def api(self) -> Any:
+        return SimpleNamespace(client=FakeClient(self.pods))
 
 
 def cluster(tmp_path: Path, pods: list[dict[str, object]]) -> Cluster:
-    return Cluster(
-        run_dir=tmp_path, kubeconfig=tmp_path / "kubeconfig", kubectl_path=fake_kubectl(tmp_path, pods)
+    return StuckCluster(
+        run_dir=tmp_path, kubeconfig=tmp_path / "kubeconfig", kubectl_path=tmp_path / "kubectl", pods=pods
     )
 
 
