@@ -7,7 +7,7 @@ import sys
 import uuid
 from typing import Any
 
-from testbed import Cluster, condition
+from testbed import Cluster, condition, wait_until
 
 from controller.cmd.main import App
 
@@ -19,6 +19,7 @@ __all__ = [
     "make_queue",
     "phases",
     "queue_manifest",
+    "queue_ready",
     "rest_requests",
 ]
 
@@ -47,6 +48,22 @@ def make_queue(cluster: Cluster, gpus: int, duration: str, outcome: str = "succe
     name = f"q-{uuid.uuid4().hex[:6]}"
     cluster.apply(queue_manifest(name, outcome, duration, nodeResources={"gpus": gpus}))
     return name
+
+
+def queue_ready(cluster: Cluster, queue: str, timeout: float = 30) -> dict[str, Any]:
+    """The TorchrunQueue `queue` once a running controller marked it Ready=True. A job made before
+    that is seen first beside a queue with no status yet: it waits, `Admitted=False QueueNotReady`
+    ("not Ready yet"), until the queue's status enqueues it again."""
+    return wait_until(
+        lambda: (
+            (q := cluster.get("torchrunqueue", queue))
+            and (condition(q, "Ready") or {}).get("status") == "True"
+            and q
+        ),
+        timeout,
+        interval=0.2,
+        message=f"TorchrunQueue {queue} Ready",
+    )
 
 
 def phases(cluster: Cluster, ns: str) -> dict[str, str]:

@@ -264,8 +264,6 @@ class TestMissingSchedulers:
         }
         plain = make_queue(outcome="run")
         start_controller()
-        make_job(cluster, namespace, queues["kai-scheduler"][1])
-        make_job(cluster, namespace, plain, name="plain")
 
         for scheduler, (api, name) in queues.items():
             obj = wait_reason(cluster, name, "Ready", "SchedulerNotInstalled")
@@ -277,6 +275,10 @@ class TestMissingSchedulers:
         assert kai is not None and (kai["status"], kai["reason"]) == ("False", "KaiNotInstalled")
         assert condition(cluster.get("torchrunqueue", queues["volcano"][1]), "KaiQueueReady") is None
 
+        # made once the queues say why they are not Ready: a job the controller sees before its
+        # queue's first status waits as QueueNotReady "not Ready yet", which the next pass corrects
+        make_job(cluster, namespace, queues["kai-scheduler"][1])
+        make_job(cluster, namespace, plain, name="plain")
         waiting = job_condition(cluster, namespace, "Admitted", "QueueNotReady")
         assert "SchedulerNotInstalled" in (condition(waiting, "Admitted") or {})["message"]
         assert get_or_none(cluster, "job", "train", "-n", namespace) is None

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import audit
-from jobs import make_job, queue_manifest, rest_requests
+from jobs import make_job, queue_manifest, queue_ready, rest_requests
 from prometheus_client import generate_latest
 from testbed import Cluster, condition, wait_until
 
@@ -271,7 +271,7 @@ def test_ttl_deletes_the_job_on_time(
     done = wait_until(lambda: phase_is(cluster, namespace, "Succeeded"), 60, message="Succeeded")
     completed = status_time(done, "completionTime")
     wait_until(
-        lambda: cluster.kubectl("get", "torchrunjob", "train", "-n", namespace, check=False).returncode != 0,
+        lambda: not cluster.found("torchrunjob", "train", "-n", namespace),
         ttl + 30,
         interval=0.1,
         message="deleted by TTL",
@@ -353,6 +353,7 @@ def test_invalid_num_gpus_does_not_block_others(
 ) -> None:
     queue = make_queue(cluster, outcome="run")
     start_controller()
+    queue_ready(cluster, queue)  # else the job's first condition may be QueueNotReady ("not Ready yet")
     make_job(cluster, namespace, queue, name="bad", numGPUs=12)
     make_job(cluster, namespace, queue, name="good")
     bad = wait_until(
@@ -506,7 +507,7 @@ def test_autoclean_removes_pods_and_service_and_keeps_the_job(
     )
     assert tj(cluster, namespace)["status"]["phase"] == "Succeeded"
     wait_until(
-        lambda: cluster.kubectl("get", "service", "train", "-n", namespace, check=False).returncode != 0,
+        lambda: not cluster.found("service", "train", "-n", namespace),
         30,
         message="Service removed by --autoclean",
     )
