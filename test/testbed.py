@@ -26,6 +26,7 @@ from kubeget import KubeGet
 
 from controller.meta import Resource
 from controller.rest import ApiError
+from controller.rest.request import Request
 from controller.rest.resources import NAMESPACES, PODS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,8 +67,8 @@ def _in_process(kubeconfig: Path) -> KubeGet:
 
 
 # TORCHRUN_TEST_REAL_NODES=2 runs the real-node tests on two real nodes beside each other
-# (realnode-0, realnode-1); by default every one runs on realnode-0 (README: two nodes are faster,
-# not yet deterministic)
+# (realnode-0, realnode-1): hack/test.sh sets it when it runs three workers or more. Unset (a plain
+# `python -m pytest`, one process), every real-node test runs on realnode-0
 TWO_REAL_NODES = os.environ.get("TORCHRUN_TEST_REAL_NODES", "1") == "2"
 
 
@@ -191,6 +192,33 @@ def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     return None
 
 
+def _logs_query(args: tuple[str, ...]) -> tuple[str, str, dict[str, str]] | None:
+    """`kubectl logs` arguments as (namespace, pod, query of the pod's `log` subresource), or None
+    for any argument `Cluster.logs` leaves to kubectl (no `-n` or `-c`, a flag it does not know)."""
+    namespace = container = None
+    positional: list[str] = []
+    params: dict[str, str] = {}
+    items = iter(args)
+    for arg in items:
+        if arg in ("-n", "--namespace"):
+            namespace = next(items, None)
+        elif arg in ("-c", "--container"):
+            container = next(items, None)
+        elif arg == "--timestamps":
+            params["timestamps"] = "true"
+        elif arg in ("-p", "--previous"):
+            params["previous"] = "true"
+        elif arg.startswith("--tail=") and arg[len("--tail=") :].isdigit():
+            params["tailLines"] = arg[len("--tail=") :]
+        elif arg.startswith("-"):
+            return None
+        else:
+            positional.append(arg)
+    if not namespace or not container or len(positional) != 1:
+        return None
+    return namespace, positional[0], {"container": container, **params}
+
+
 @dataclass
 class Cluster:
     run_dir: Path
@@ -215,6 +243,30 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
 
+    def logs(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """`kubectl logs ARGS`, answered in this process for `-n NS POD -c CONTAINER` with any of
+        `--timestamps`, `--previous`, `--tail=N` (the real node's tests poll their pods' logs twice a
+        second: a kubectl each time was the largest CPU cost of their chain), else by kubectl. The
+        result is kubectl's: the log on stdout, a failure's words on stderr and exit status 1
+        (an AssertionError when `check`)."""
+        query = _logs_query(args)
+        if query is None:
+            return self.kubectl("logs", *args, check=check)
+        namespace, pod, params = query
+        request = Request("get", "GET", PODS.path(namespace, pod, "log"), "pods/log", params, accept="*/*")
+        command = ["kubectl", "logs", *args]
+        try:
+            answer = self.api().client.send(request, stream=False, read_timeout=60)
+            proc = subprocess.CompletedProcess(command, 0, answer.data.decode(errors="replace"), "")
+        except ApiError as e:
+            said = f"Error from server ({e.reason or e.status}): {e.message}"
+            proc = subprocess.CompletedProcess(command, 1, "", said)
+        except Exception as e:  # the connection: refused, reset, timed out
+            proc = subprocess.CompletedProcess(command, 1, "", f"error: {e}")
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl logs {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
     def get(self, *args: str) -> dict[str, Any]:
         """`kubectl get ... -o json`, parsed: answered in this process where test/kubeget.py
         understands the arguments (most polls), else by kubectl."""
@@ -227,6 +279,16 @@ class Cluster:
     def api(self) -> KubeGet:
         """This cluster's in-process client (test/kubeget.py), for the kubeconfig as it is now."""
         return _in_process(self.kubeconfig)
+
+    def found(self, *args: str) -> bool:
+        """Whether `kubectl get ARGS` succeeds (what it names exists): a poll for an object to come or
+        go, answered in this process where `get` can; any failure is "not found", as kubectl's exit
+        status was."""
+        try:
+            self.get(*args)
+        except AssertionError:
+            return False
+        return True
 
     def apply(
         self, manifest: dict[str, Any] | list[dict[str, Any]] | str, namespace: str | None = None

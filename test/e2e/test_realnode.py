@@ -235,7 +235,7 @@ def pods(cluster: Cluster, ns: str, job: str, role: str) -> list[dict[str, Any]]
 
 
 def logs(cluster: Cluster, ns: str, pod: str, container: str = "torchrun") -> str:
-    return cluster.kubectl("logs", "-n", ns, pod, "-c", container).stdout
+    return cluster.logs("-n", ns, pod, "-c", container).stdout
 
 
 def index_of(pod: dict[str, Any]) -> int:
@@ -255,7 +255,7 @@ def diagnose(cluster: Cluster, ns: str, job: str) -> str:
         states = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
         out.append(f"== {name}: {json.dumps([(s['name'], s.get('state')) for s in states])}")
         for c in [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]:
-            got = cluster.kubectl("logs", "-n", ns, name, "-c", c["name"], check=False)
+            got = cluster.logs("-n", ns, name, "-c", c["name"], check=False)
             out.append(f"-- {c['name']}: {(got.stdout + got.stderr)[-1500:]}")
     return "\n".join(out)
 
@@ -1127,8 +1127,8 @@ class TimedLogs:
         for pod in pods(self.cluster, self.ns, self.job, "worker"):
             uid = pod["metadata"]["uid"]
             seen.add(uid)
-            got = self.cluster.kubectl(
-                "logs", "--timestamps", "-n", self.ns, pod["metadata"]["name"], "-c", "torchrun", check=False
+            got = self.cluster.logs(
+                "--timestamps", "-n", self.ns, pod["metadata"]["name"], "-c", "torchrun", check=False
             )
             if got.returncode != 0:
                 self.errors[pod["metadata"]["name"]] = got.stderr.strip()

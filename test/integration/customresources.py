@@ -22,7 +22,7 @@ def crd_names(directory: Path) -> list[str]:
 
 
 def served(cluster: Cluster, crd: str) -> bool:
-    return cluster.kubectl("get", "crd", crd, check=False).returncode == 0
+    return cluster.found("crd", crd)
 
 
 def api_served(cluster: Cluster, group_version: str) -> bool:

@@ -730,9 +730,7 @@ def test_the_controller_runs_as_its_service_account_with_the_deployments_flags(
         # the job runs to success, then ttlSecondsAfterFinished deletes it
         reason_is(cluster, namespace, "train", "Succeeded", "Succeeded")
         wait_until(
-            lambda: (
-                cluster.kubectl("get", "torchrunjob", "train", "-n", namespace, check=False).returncode != 0
-            ),
+            lambda: not cluster.found("torchrunjob", "train", "-n", namespace),
             timeout=30,
             message="the TTL to delete the job",
         )

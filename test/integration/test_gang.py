@@ -291,7 +291,7 @@ class Sampler:
 
 
 def exists(cluster: Cluster, kind: str, name: str, ns: str) -> bool:
-    return cluster.kubectl("get", kind, name, "-n", ns, check=False).returncode == 0
+    return cluster.found(kind, name, "-n", ns)
 
 
 def job_obj(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:

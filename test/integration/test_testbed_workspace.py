@@ -157,7 +157,7 @@ def test_claim_of_the_default_class_gets_a_directory_that_goes_with_it(
 
     cluster.kubectl("delete", "pvc", "data", "-n", namespace)
     wait_until(
-        lambda: cluster.kubectl("get", "pv", pv["metadata"]["name"], check=False).returncode != 0,
+        lambda: not cluster.found("pv", pv["metadata"]["name"]),
         60,
         message="the released volume deleted",
     )

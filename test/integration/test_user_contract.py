@@ -202,7 +202,7 @@ def test_deleting_a_job_removes_its_job_service_and_pods(
     cluster.kubectl("delete", "torchrunjob", "train", "-n", namespace, "--timeout=60s")
 
     def gone(*args: str) -> bool:
-        return cluster.kubectl("get", *args, "-n", namespace, check=False).returncode != 0
+        return not cluster.found(*args, "-n", namespace)
 
     wait_until(lambda: gone("job", "train"), 60, message="the worker Job deleted")
     wait_until(lambda: gone("service", "train"), 60, message="the Service deleted")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from testbed import Cluster, manifest_text
+from testbed import Cluster, _logs_query, manifest_text
 
 STUCK_POD = {
     "metadata": {"name": "worker-0", "deletionTimestamp": "2025-01-01T00:00:00Z"},
@@ -70,3 +70,16 @@ def test_manifests_reach_kubectl_with_every_string_a_string() -> None:
     tricky = {"metadata": {"labels": {"pool": "7179e0", "n": "0x1f", "yes": "on", "v": "1e3"}}}
     docs = manifest_text([tricky, {"kind": "B"}]).split("\n---\n")
     assert [json.loads(d) for d in docs] == [tricky, {"kind": "B"}]
+
+
+def test_logs_are_read_in_process_only_for_the_arguments_it_knows() -> None:
+    assert _logs_query(("--timestamps", "-n", "ns", "w-0", "-c", "torchrun", "--tail=20", "-p")) == (
+        "ns",
+        "w-0",
+        {"container": "torchrun", "timestamps": "true", "tailLines": "20", "previous": "true"},
+    )
+    # kubectl's own: no container (its default-container annotation), a flag not known here, two pods
+    assert _logs_query(("-n", "ns", "w-0")) is None
+    assert _logs_query(("-n", "ns", "w-0", "-c", "x", "-f")) is None
+    assert _logs_query(("-n", "ns", "w-0", "w-1", "-c", "x")) is None
+    assert _logs_query(("-n", "ns", "w-0", "-c", "x", "--tail=-1")) is None
