@@ -38,7 +38,8 @@
 # Requires: root, cgroup v1 or v2 with cgroupfs, the binaries of hack/testbed/build-realnode.sh and
 # the images of hack/testbed/build-node-images.sh. Settings: TORCHRUN_REAL_NODE_SUBNET (the pods'
 # /24, default 10.199.0.0/24; the node's address is its .1), TORCHRUN_REAL_NODE_GPUS (fake
-# nvidia.com/gpu capacity, default 2).
+# nvidia.com/gpu capacity, default 2), TORCHRUN_REAL_NODE_CPU_WEIGHT (the pods' CPU weight, in
+# busy processes: `realnode_cgroups`, default 8).
 
 REAL_NODE_DIR="$RUN_DIR/realnode"
 # the node's index: the environment's on `up`, then the one `up` recorded (a later `start`/`down`)
@@ -206,6 +207,14 @@ cgroup_hierarchies() {  # the mount point of every cgroup hierarchy (v1's severa
   findmnt -rn -t cgroup,cgroup2 -o TARGET
 }
 
+# The CPU weight of the node's pods, all together, against every other process on the host: as
+# much as REAL_NODE_CPU_WEIGHT processes busy at the default weight. A cgroup the kubelet's pods live
+# in weighs, by default, what one such process does, while each program this host's test bed runs
+# (etcd, each API server, each controller: `launch` starts every one in a session, and so in a
+# scheduling group, of its own) weighs as much: on a host busy with other control planes the node's
+# training processes got a sliver of the CPU. A real node's kubepods weighs as its allocatable CPUs.
+REAL_NODE_CPU_WEIGHT=${TORCHRUN_REAL_NODE_CPU_WEIGHT:-8}
+
 realnode_cgroups() {  # the kubelet's cgroupRoot, in every hierarchy (kubelet requires it to exist)
   local h dir
   for h in $(cgroup_hierarchies); do
@@ -214,6 +223,12 @@ realnode_cgroups() {  # the kubelet's cgroupRoot, in every hierarchy (kubelet re
     if [ -f "$h/cpuset.cpus" ] && [ -f "$dir/cpuset.cpus" ] && [ -z "$(cat "$dir/cpuset.cpus")" ]; then
       cat "$h/cpuset.cpus" > "$dir/cpuset.cpus"
       cat "$h/cpuset.mems" > "$dir/cpuset.mems"
+    fi
+    # v1's cpu.shares (a process's: 1024), or v2's cpu.weight (100) where the controller is on
+    if [ -f "$dir/cpu.shares" ]; then
+      echo $((1024 * REAL_NODE_CPU_WEIGHT)) > "$dir/cpu.shares"
+    elif [ -f "$dir/cpu.weight" ]; then
+      echo $((100 * REAL_NODE_CPU_WEIGHT)) > "$dir/cpu.weight"
     fi
   done
 }
