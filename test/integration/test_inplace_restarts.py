@@ -100,12 +100,15 @@ def answered(url: str, tok: str, job: str, state: dict[str, Any], want: dict[str
 
 
 def final_or_refused(url: str, tok: str, job: str, state: dict[str, Any]) -> None:
-    """POST `state` until the word is `final` or the pod is refused (its worker Job, or the pod
-    itself, already gone once the job ended); 10 s at most."""
+    """POST `state` until the word is `final` or the pod is refused: 403, its worker Job or the pod
+    already gone from the endpoint's cache once the job ended, or 401, its token invalidated by
+    the API server because the pod itself was deleted (a loaded run gets there first); 10 s at
+    most."""
 
     def ended() -> bool:
         code, answer = post_state(url, tok, job, state)
-        return code == 403 or (code == 200 and answer["inPlace"]["final"] is True)
+        invalidated = code == 401 and "token has been invalidated" in answer.get("message", "")
+        return code == 403 or invalidated or (code == 200 and answer["inPlace"]["final"] is True)
 
     wait_until(ended, 10, message="a final word or a refusal")
 
