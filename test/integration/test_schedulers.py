@@ -144,13 +144,19 @@ def queue_condition(cluster: Cluster, queue: str, ctype: str, reason: str) -> di
     return obj if c and c["reason"] == reason else None
 
 
-def job_condition(cluster: Cluster, ns: str, ctype: str, reason: str, name: str = "train") -> dict[str, Any]:
+def job_condition(
+    cluster: Cluster, ns: str, ctype: str, reason: str, name: str = "train", says: str = ""
+) -> dict[str, Any]:
+    """The job once its `ctype` condition has `reason` and a message containing `says`: a job whose
+    queue changed is told so on its next pass, a moment after the queue's status (a job seen first
+    beside a queue without a status yet waits as QueueNotReady "not Ready yet")."""
+
     def check() -> dict[str, Any] | None:
         obj = cluster.get("torchrunjob", name, "-n", ns)
         c = condition(obj, ctype)
-        return obj if c and c["reason"] == reason else None
+        return obj if c and c["reason"] == reason and says in c.get("message", "") else None
 
-    return wait_until(check, 60, message=f"job {ctype}={reason}")
+    return wait_until(check, 60, message=f"job {ctype}={reason} saying {says!r}")
 
 
 def wait_reason(cluster: Cluster, queue: str, ctype: str, reason: str, timeout: float = 60) -> dict[str, Any]:
@@ -264,6 +270,8 @@ class TestMissingSchedulers:
         }
         plain = make_queue(outcome="run")
         start_controller()
+        make_job(cluster, namespace, queues["kai-scheduler"][1])
+        make_job(cluster, namespace, plain, name="plain")
 
         for scheduler, (api, name) in queues.items():
             obj = wait_reason(cluster, name, "Ready", "SchedulerNotInstalled")
@@ -275,12 +283,7 @@ class TestMissingSchedulers:
         assert kai is not None and (kai["status"], kai["reason"]) == ("False", "KaiNotInstalled")
         assert condition(cluster.get("torchrunqueue", queues["volcano"][1]), "KaiQueueReady") is None
 
-        # made once the queues say why they are not Ready: a job the controller sees before its
-        # queue's first status waits as QueueNotReady "not Ready yet", which the next pass corrects
-        make_job(cluster, namespace, queues["kai-scheduler"][1])
-        make_job(cluster, namespace, plain, name="plain")
-        waiting = job_condition(cluster, namespace, "Admitted", "QueueNotReady")
-        assert "SchedulerNotInstalled" in (condition(waiting, "Admitted") or {})["message"]
+        job_condition(cluster, namespace, "Admitted", "QueueNotReady", says="SchedulerNotInstalled")
         assert get_or_none(cluster, "job", "train", "-n", namespace) is None
         # nothing crashed: the controller carries on with everything else
         job_condition(cluster, namespace, "Running", "AllWorkersRunning", name="plain")
@@ -317,8 +320,7 @@ class TestInvalidQueues:
         make_job(cluster, namespace, queue)
         obj = wait_reason(cluster, queue, "Ready", "InvalidSpec")
         assert "spec.storage.shmSizePerGPU" in (condition(obj, "Ready") or {})["message"]
-        waiting = job_condition(cluster, namespace, "Admitted", "QueueNotReady")
-        assert "spec.storage.shmSizePerGPU" in (condition(waiting, "Admitted") or {})["message"]
+        job_condition(cluster, namespace, "Admitted", "QueueNotReady", says="spec.storage.shmSizePerGPU")
         wait_until(
             lambda: (
                 cluster.get("torchrunqueue", queue)["status"]["jobs"]
