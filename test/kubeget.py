@@ -14,7 +14,8 @@ answers None and the caller runs kubectl itself. Lists come back as kubectl prin
 whose items carry their `kind` and `apiVersion`. A failed GET raises AssertionError with
 kubectl's words (`Error from server (NotFound): ...`), as `Cluster.get` did. Retries are
 kubectl's: only a 429 or 5xx with Retry-After ("storage is (re)initializing" right after a CRD is
-made), at most 10; a refused connection fails at once, as an AssertionError.
+made), at most 10; a refused connection fails at once, as an AssertionError. `KubeGet.kind` maps
+a manifest's `apiVersion` and `kind` to its resource as kubectl does, for `testbed.Cluster.apply`.
 """
 
 from __future__ import annotations

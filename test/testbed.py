@@ -2,7 +2,9 @@
 
 `Cluster` is what the session-scoped `cluster` fixture yields: the admin kubeconfig of a control
 plane started for this test session, the Go-built kubectl, and a way to stop/start single
-components (for tests that kill kube-apiserver or etcd on purpose).
+components (for tests that kill kube-apiserver or etcd on purpose). The requests every test makes
+(its namespace, the objects it applies, its `get`, `logs` and existence polls) go from this process
+over test/kubeget.py's kept-alive client, as kubectl would send them; anything else runs kubectl.
 """
 
 from __future__ import annotations
