@@ -44,18 +44,21 @@ lint-imports .importlinter
   || log "real node not built: test/e2e/test_realnode.py fails and says why"
 
 log "pytest"
-# pytest-xdist workers, each with a control plane of its own: two by default, the real-node tests
-# on one of them, one after another, on realnode-0 (test/conftest.py's groups).
-# TORCHRUN_TEST_REAL_NODES=2 splits them over two real nodes beside each other (realnode-0 and
-# realnode-1, a worker each), started first; with TORCHRUN_TEST_WORKERS=3 pytest took 17-24 min
-# where the default takes ~30, but 2 of 5 full runs each lost a test to the load (README), so it
-# is not the default yet. TORCHRUN_TEST_WORKERS=0 runs the tests in this process alone.
-workers="${TORCHRUN_TEST_WORKERS:-2}"
+# pytest-xdist workers, each with a control plane of its own: four by default, the real-node
+# tests split over two real nodes beside each other (realnode-0 and realnode-1, a worker each,
+# started first; test/conftest.py's groups) while the other two take the rest.
+# TORCHRUN_TEST_WORKERS=N for another count (with fewer than three, or TORCHRUN_TEST_REAL_NODES=1,
+# every real-node test runs on realnode-0, one after another, beside the rest);
+# TORCHRUN_TEST_WORKERS=0 runs the tests in this process alone.
+workers="${TORCHRUN_TEST_WORKERS:-4}"
+nodes=1
+[ "$workers" -ge 3 ] && nodes=2
+export TORCHRUN_TEST_REAL_NODES="${TORCHRUN_TEST_REAL_NODES:-$nodes}"
 parallel=()
 # with two real nodes, groups start in the order of their first test, which test/conftest.py makes
 # the real nodes' (else xdist starts the groups with the most tests first, whatever their length)
 order=()
-[ "${TORCHRUN_TEST_REAL_NODES:-1}" = 2 ] && order=(--no-loadscope-reorder)
+[ "$TORCHRUN_TEST_REAL_NODES" = 2 ] && order=(--no-loadscope-reorder)
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup "${order[@]}")
 set +e
 # -rs prints every skip's reason; a skip not in test/expected_skips.txt fails the run (test/conftest.py)

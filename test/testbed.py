@@ -69,8 +69,8 @@ def _in_process(kubeconfig: Path) -> KubeGet:
 
 
 # TORCHRUN_TEST_REAL_NODES=2 runs the real-node tests on two real nodes beside each other
-# (realnode-0, realnode-1); by default every one runs on realnode-0 (README: two nodes are faster,
-# not yet deterministic)
+# (realnode-0, realnode-1); hack/test.sh sets it with three workers or more, its default. Unset,
+# every one runs on realnode-0.
 TWO_REAL_NODES = os.environ.get("TORCHRUN_TEST_REAL_NODES", "1") == "2"
 
 
