@@ -189,7 +189,12 @@ start_apiserver() {
     --cert-dir "$PKI/serving" \
     --audit-policy-file "$RUN_DIR/audit-policy.yaml" --audit-log-path "$RUN_DIR/audit.log" \
     --audit-log-format json --audit-log-mode blocking -v=1
-  wait_for kube-apiserver 120 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get --raw /readyz
+  wait_for kube-apiserver 120 api_get /readyz
+}
+
+api_get() {  # api_get PATH: GET it as the admin, fail unless 2xx (a curl, not a kubectl run, per poll)
+  curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
 start_controller_manager() {
@@ -386,7 +391,7 @@ up() {
   start_node_agent
   create_nodes
   if [ "${TORCHRUN_REAL_NODE:-0}" = 1 ]; then realnode_up; fi
-  wait_for "default service account" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" get serviceaccount default -n default
+  wait_for "default service account" 60 api_get /api/v1/namespaces/default/serviceaccounts/default
   log "control plane up in $(python3 -c "import time;print(round(time.time()-$t0,1))")s: $NODES fake GPU nodes$(
     [ "${TORCHRUN_REAL_NODE:-0}" = 1 ] && echo " and the real node $REAL_NODE")"
   env_line
