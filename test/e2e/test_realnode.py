@@ -63,6 +63,7 @@ from testbed import (
 
 from controller.rest import RESTClient, load_config
 from controller.rest.resources import PODS
+from controller.sync.protocol import sync_pod_name
 
 TRAIN = Path(__file__).parent / "realnode" / "train.py"
 TRAIN_CHECKPOINT = Path(__file__).parent / "realnode" / "train_checkpoint.py"
@@ -480,6 +481,11 @@ def submit(
     )
     (tmp_path / name).mkdir()
     project = project_with_train(tmp_path / name, program)
+    # the upload goes into generation 0's sync pod once the controller made it (after the claims);
+    # a sync run before that finds no pod waiting for generation 0 and claims generation 1, which
+    # the tests that count generations from 0 would not expect (controller/plugin/hotreload.py)
+    first = sync_pod_name(name, 0)
+    wait_until(lambda: real.cluster.found("pod", first, "-n", namespace), 120, message=f"{first} made")
     proc = plugin_run(real, namespace, project, "sync", name, "--detach")
     assert proc.returncode == 0, f"{proc.stderr}\n--- controller log ---\n{log.read_text()[-3000:]}"
     return project
