@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from testbed import Cluster, controller_program, wait_until
+from testbed import UNVERIFIED, Cluster, controller_program, wait_until
 
 from controller.rest import RESTClient
 
@@ -89,17 +88,6 @@ def answers(url: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _unverified() -> ssl.SSLContext:
-    """The client context for the test bed's self-signed endpoints: encrypts, verifies nothing;
-    made once (`ssl.create_default_context()` loads the CA bundle, ~20 ms of CPU each)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    return ctx
-
-
-UNVERIFIED = _unverified()
 
 
 def post(url: str, token: str | None, body: dict[str, Any]) -> tuple[int, str]:

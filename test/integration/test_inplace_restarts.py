@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import pytest
 from jobs import make_job, queue_manifest
-from reports import UNVERIFIED, Replica, replica, token, wait_to_lead, worker_pod
+from reports import Replica, replica, token, wait_to_lead, worker_pod
 from summary_notes import SUPERVISOR_LINK
-from testbed import Cluster, wait_until
+from testbed import UNVERIFIED, Cluster, wait_until
 
 from controller.api.codec import parse_time
 from controller.rest import RESTClient, load_config

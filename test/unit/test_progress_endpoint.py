@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from progress_endpoints import standby_endpoint
+from testbed import UNVERIFIED
 
 from controller.progress.endpoint import ProgressEndpoint
 from controller.progress.tls import server_context
@@ -30,11 +30,9 @@ def endpoint() -> Iterator[ProgressEndpoint]:
 
 
 def post(port: int, path: str = "/v1/progress", body: bytes = b"{}") -> tuple[int, dict[str, Any], str]:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", body, method="POST")
     try:
-        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+        with urllib.request.urlopen(req, context=UNVERIFIED, timeout=5) as resp:
             return resp.status, json.loads(resp.read()), resp.headers.get("Retry-After") or ""
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read()), err.headers.get("Retry-After") or ""
